@@ -1,0 +1,133 @@
+"""Every exception bmq raises, all under :class:`bmq.Error`.
+
+Where a builtin exception has the same meaning (``ValueError``, ``TimeoutError``,
+``ConnectionError``), the bmq class subclasses it too, so ``except TimeoutError`` keeps working
+for code that does not know bmq.
+"""
+from __future__ import annotations
+
+import builtins
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._types import Ack
+
+__all__ = [
+    "Error",
+    "ProtocolError",
+    "PropertyError",
+    "MessageTooLargeError",
+    "InvalidURIError",
+    "ConnectionError",
+    "ConnectionLost",
+    "ClosedByBroker",
+    "TimeoutError",
+    "BrokerError",
+    "PostError",
+    "BandwidthLimitError",
+    "SessionClosedError",
+    "QueueStateError",
+]
+
+
+class Error(Exception):
+    """Base class of every bmq exception."""
+
+
+class ProtocolError(Error, ValueError):
+    """Bytes that do not follow the BlazingMQ wire format.
+
+    Raised by every decoder in :mod:`bmq._codec` (and by the control-message schema) on
+    truncated, oversized or inconsistent input. ``event_type`` and ``offset`` say where.
+    """
+
+    def __init__(self, message: str, event_type: Optional[int] = None, offset: Optional[int] = None):
+        details = []
+        if event_type is not None:
+            details.append(f"event type {event_type}")
+        if offset is not None:
+            details.append(f"offset {offset}")
+        super().__init__(f"{message} ({', '.join(details)})" if details else message)
+        self.event_type = event_type
+        self.offset = offset
+
+
+class PropertyError(Error, ValueError):
+    """A message property that cannot be encoded: bad name, type, value or too many."""
+
+    def __init__(self, message: str, name: Optional[str] = None):
+        super().__init__(message)
+        self.name = name
+
+
+class MessageTooLargeError(Error, ValueError):
+    """A payload, property area or event over the protocol's limits."""
+
+
+class InvalidURIError(Error, ValueError):
+    """A queue URI that does not follow ``bmq://domain[.~tier]/queue[?id=appId]``."""
+
+
+class ConnectionError(Error, builtins.ConnectionError):
+    """The broker cannot be reached or the connection failed."""
+
+
+class ConnectionLost(ConnectionError):
+    """An established connection to the broker went away."""
+
+
+class ClosedByBroker(ConnectionError):
+    """The broker refused or closed the session."""
+
+
+class TimeoutError(Error, builtins.TimeoutError):
+    """An operation did not complete within its timeout."""
+
+
+class BrokerError(Error):
+    """The broker answered a request with a failure status.
+
+    Attributes:
+        category: the status category name, e.g. ``"E_REFUSED"``.
+        code: the broker's numeric code.
+        broker_message: the broker's text.
+    """
+
+    def __init__(self, message: str, category: str = "E_UNKNOWN", code: int = 0, broker_message: str = ""):
+        super().__init__(message)
+        self.category = category
+        self.code = code
+        self.broker_message = broker_message
+
+
+class PostError(Error):
+    """One or more posted messages were not acknowledged with SUCCESS.
+
+    Attributes:
+        acks: the failed acks (one for :meth:`Queue.post`, every failure for ``post_many``).
+    """
+
+    def __init__(self, message: str, acks: Sequence["Ack"]):
+        super().__init__(message)
+        self.acks = list(acks)
+
+    @property
+    def ack(self) -> "Ack":
+        """The first failed ack."""
+        return self.acks[0]
+
+
+class BandwidthLimitError(Error):
+    """The connection stayed above its high watermark for the whole channel write timeout.
+
+    Nothing was sent; the caller may retry. Mirrors the SDKs' ``BW_LIMIT`` result.
+    """
+
+
+class SessionClosedError(Error, RuntimeError):
+    """A call on a session (or queue) that is stopped or closed."""
+
+
+class QueueStateError(Error, RuntimeError):
+    """A call that the queue's open mode or state does not allow (e.g. post on a reader)."""
+
