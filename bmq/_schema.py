@@ -652,7 +652,8 @@ def _ber_length(n: int) -> bytes:
 
 def _ber_int(value: int) -> bytes:
     # minimal two's complement; a non-negative value whose top bit would be set gets 00
-    return value.to_bytes(value.bit_length() // 8 + 1, "big", signed=True)
+    magnitude = value if value >= 0 else ~value
+    return value.to_bytes(magnitude.bit_length() // 8 + 1, "big", signed=True)
 
 
 def _ber_primitive(buf: bytearray, tag: int, value: Any, type_name: str, where: str) -> None:
