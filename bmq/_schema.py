@@ -438,8 +438,12 @@ def encode_event(message: Mapping, encoding: int, kind: str) -> bytes:
     """
     from . import _codec
 
-    event_type = _codec.EVENT_AUTHENTICATION if kind == KIND_AUTHENTICATION else _codec.EVENT_CONTROL
-    return _codec.encode_control_event(encode_body(message, encoding, kind), encoding, event_type)
+    body = encode_body(message, encoding, kind)
+    return _codec.encode_control_event(body, encoding, _event_type(_codec, kind))
+
+
+def _event_type(codec: Any, kind: str) -> int:
+    return codec.EVENT_AUTHENTICATION if kind == KIND_AUTHENTICATION else codec.EVENT_CONTROL
 
 
 def decode_event(event: Union[bytes, bytearray, memoryview], kind: str) -> Tuple[dict, int]:
@@ -453,11 +457,15 @@ def decode_event(event: Union[bytes, bytearray, memoryview], kind: str) -> Tuple
         ``(message, encoding)``.
 
     Raises:
-        ProtocolError: a malformed event or body.
+        ProtocolError: a malformed event or body, or an event type that does not carry
+            ``kind`` (AUTHENTICATION for KIND_AUTHENTICATION, else CONTROL).
     """
     from . import _codec
 
     encoding, body = _codec.decode_control_event(event)
+    event_type = event[4] & 0x3F
+    if event_type != _event_type(_codec, kind):
+        raise ProtocolError(f"a {kind} message cannot travel in an event of type {event_type}", event_type)
     return decode_body(body, encoding, kind), encoding
 
 

@@ -333,3 +333,12 @@ def test_event_round_trip_through_codec():
             assert event[4] == 0x40 | expected_type
             assert event[6] == encoding << 5
             assert schema.decode_event(event, kind) == (msg, encoding)
+
+
+def test_decode_event_checks_the_event_type():
+    pytest.importorskip("bmq._codec")
+    control = schema.encode_event({"authenticationRequest": {"mechanism": "Basic"}}, JSON, AUTH)
+    with pytest.raises(ProtocolError):
+        schema.decode_event(control, CONTROL)
+    with pytest.raises(ProtocolError):
+        schema.decode_event(schema.encode_event(dict(rId=7, **STATUS), BER, CONTROL), AUTH)
