@@ -154,14 +154,12 @@ class _BerDecoder:
         return cls, constructed, tag, pos, pos + length
 
     def at_end_of_contents(self, pos: int, end: int) -> bool:
-        if pos + 1 < end and self.data[pos] == 0 and self.data[pos + 1] == 0:
-            return True
-        return False
+        return pos + 1 < end and self.data[pos] == 0 and self.data[pos + 1] == 0
 
     def children(self, start: int, stop: Optional[int], end: int
                  ) -> Generator[Tuple[int, bool, int, int, Optional[int]], None, int]:
-        """Yield ``(class, constructed, tag, content_start, content_stop, next)`` for each child
-        of a constructed element; the generator's return value is the position after it."""
+        """Yield :meth:`header` of each child of a constructed element whose content starts at
+        ``start``; the generator's return value is the position after the element."""
         pos = start
         limit = end if stop is None else stop
         while True:
@@ -176,7 +174,8 @@ class _BerDecoder:
             if cls == 0 and tag == 0 and not constructed:
                 raise self._fail("unexpected end-of-contents", pos)
             yield cls, constructed, tag, cstart, cstop
-
+            # The consumer may have ignored the child, so find its end here: one extra walk
+            # per schema level, which the schema's small depth keeps linear.
             pos = self.skip_to_end(cstart, cstop, limit)
 
     def skip_to_end(self, cstart: int, cstop: Optional[int], end: int) -> int:

@@ -192,13 +192,12 @@ _INT_RANGES = {
     "unsignedLong": (0, (1 << 64) - 1),
 }
 _PYTHON_TYPES: Dict[str, Any] = {"boolean": bool, "string": str, "base64Binary": (bytes, bytearray, memoryview)}
-_PRIMITIVES = set(_INT_RANGES) | set(_PYTHON_TYPES)
 
 
 class _Field:
     """One compiled sequence element."""
 
-    __slots__ = ("name", "tag", "type", "array", "default", "optional", "required")
+    __slots__ = ("name", "tag", "type", "array", "default", "optional")
 
     def __init__(self, name: Optional[str], tag: int, type_name: str, default: Any):
         self.name = name
@@ -206,8 +205,7 @@ class _Field:
         self.array = type_name.endswith("[]")
         self.type = type_name[:-2] if self.array else type_name
         self.optional = default is _OPTIONAL
-        self.required = default is _REQUIRED
-        self.default = None if (self.optional or self.required) else default
+        self.default = None if (self.optional or default is _REQUIRED) else default
 
 
 def _compile() -> Tuple[Dict[str, List[_Field]], Dict[str, Dict[str, Tuple[int, str]]], Dict[str, Dict[int, str]]]:
@@ -215,10 +213,6 @@ def _compile() -> Tuple[Dict[str, List[_Field]], Dict[str, Dict[str, Tuple[int, 
         name: [_Field(n, tag, t, d) for tag, (n, t, d) in enumerate(elements)]
         for name, elements in _SEQUENCES.items()
     }
-    known = set(fields) | set(_CHOICES) | set(_ENUMS) | _PRIMITIVES
-    for seq in fields.values():
-        for f in seq:
-            assert f.type in known, f.type
     by_name = {c: {n: (sel, t) for sel, (n, t) in sels.items()} for c, sels in _CHOICES.items()}
     enum_names = {e: {v: n for n, v in values.items()} for e, values in _ENUMS.items()}
     return fields, by_name, enum_names
@@ -333,8 +327,8 @@ def _zero(f: _Field) -> Any:
         return f.default
     if f.type in _FIELDS:
         return _fill_sequence({}, f.type)
-    if f.type in _ENUMS:
-        return _ENUM_BY_VALUE[f.type].get(0, next(iter(_ENUMS[f.type])))
+    if f.type in _ENUMS:  # a default-constructed C++ enum holds 0; every enum here has one
+        return _ENUM_BY_VALUE[f.type][0]
     return {"boolean": False, "string": "", "base64Binary": b""}.get(f.type, 0)
 
 

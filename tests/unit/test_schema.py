@@ -77,6 +77,15 @@ def test_vector_decodes_and_reencodes(vectors_dir, name, kind, encoding, expecte
     assert schema.message_kind_of(message) == [k for k in expected if k != "rId"][0]
 
 
+def test_schema_table_is_closed():
+    known = set(schema._FIELDS) | set(schema._CHOICES) | set(schema._ENUMS) | set(schema._INT_RANGES)
+    known |= set(schema._PYTHON_TYPES)
+    types = [f.type for fields in schema._FIELDS.values() for f in fields]
+    types += [t for sels in schema._CHOICES.values() for _, t in sels.values()]
+    assert set(types) <= known
+    assert all(0 in values.values() for values in schema._ENUMS.values())  # with_defaults relies on it
+
+
 def test_ber_status_bytes_from_facts():
     body = bytes.fromhex("3080a180a080800100") + b"\x81\x01\x7b\x82\x04Test" + bytes(6)
     assert schema.encode_body(STATUS, BER, CONTROL) == body
