@@ -280,13 +280,13 @@ class Queue:
 
     # ---- storage ---------------------------------------------------------------------
     def is_duplicate(self, guid: bytes, now: float) -> bool:
-        """True if ``guid`` was accepted within the dedup window (expired entries dropped)."""
+        """True if ``guid`` is still held or was accepted within the dedup window."""
         order = self._dedup_order
         while order and order[0][0] <= now:
             _, old = order.popleft()
             if self._dedup.get(old, now + 1) <= now:
                 del self._dedup[old]
-        return guid in self._dedup
+        return guid in self._dedup or guid in self.messages
 
     def check_quota(self, size: int) -> int:
         """ACK status a message of ``size`` bytes would get from the quotas."""

@@ -55,6 +55,7 @@ _RESERVED_QUEUE_ID = 4294967286
 _ZERO_GUID = bytes(16)
 _OUTGOING_HIGH_WATERMARK = 64 * 1024 * 1024
 _RECV_SIZE = 256 * 1024
+_clock = time.monotonic  # the dedup window's clock (tests replace it)
 
 
 class _Scheduler:
@@ -786,7 +787,7 @@ class Broker:
             logger.warning("client %s: dropping malformed PUT event: %s", session.peer, exc)
             return
         acks: List[Tuple[int, int, bytes, int]] = []
-        now = time.monotonic()
+        now = _clock()
         check_crc = self.check_crc
         take_nack = self.faults.take_nack
         with self._lock:
