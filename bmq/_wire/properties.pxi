@@ -95,10 +95,10 @@ def encode_properties(properties, bint new_style=True):
             raise PropertyError(f"property {name!r}: unknown property type {ptype!r}", name)
         vb = _property_value(name, ptype, value)
         if len(vb) > C_MAX_VALUE_LENGTH:
-            raise MessageTooLargeError(f"property {name!r}: value of {len(vb)} bytes > {C_MAX_VALUE_LENGTH}")
+            raise PropertyError(f"property {name!r}: value of {len(vb)} bytes > {C_MAX_VALUE_LENGTH}", name)
         unpadded += C_PROP_HEADER_SIZE + len(nb) + len(vb)
         if unpadded > C_MAX_AREA_UNPADDED:
-            raise MessageTooLargeError(f"property {name!r}: properties area exceeds {C_MAX_AREA_UNPADDED} bytes")
+            raise PropertyError(f"property {name!r}: properties area exceeds {C_MAX_AREA_UNPADDED} bytes", name)
         names.append(nb)
         types.append(ptype)
         values.append(vb)
