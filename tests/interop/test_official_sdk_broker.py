@@ -154,3 +154,32 @@ def test_consumer_priority_and_redelivery_with_official_sdk(broker: Broker) -> N
     finally:
         s_high.stop()
         s_low.stop()
+
+
+def test_sdk_retransmission_after_dropped_connection_is_deduplicated(broker: Broker) -> None:
+    uri = "bmq://bmq.test.mem.priority/interop-retransmit"
+    count = 5
+    rec = Recorder(0)
+    rec.expected_acks = count
+    restored = threading.Event()
+
+    def on_event(event: Any) -> None:
+        rec.on_event(event)
+        if isinstance(event, blazingmq.session_events.StateRestored):
+            restored.set()
+
+    session = blazingmq.Session(on_event, broker=broker.address)
+    try:
+        session.open_queue(uri, write=True, timeout=TIMEOUT)
+        broker.faults.withhold_acks()
+        for i in range(count):
+            session.post(uri, b"r%d" % i, on_ack=rec.on_ack)
+        assert broker.wait_for(lambda: len(broker.queue_messages(uri)) == count, TIMEOUT)
+        broker.faults.drop_connections()
+        broker.faults.release_acks()  # the old connection is gone: nothing reaches the SDK
+        assert restored.wait(TIMEOUT), rec.events
+        assert rec.all_acked.wait(TIMEOUT), f"{len(rec.acks)} acks"
+        assert [m.payload for m in broker.queue_messages(uri)] == [b"r%d" % i for i in range(count)]
+    finally:
+        session.stop()
+    assert all(ack.status == blazingmq.AckStatus.SUCCESS for ack in rec.acks)
