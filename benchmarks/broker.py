@@ -17,7 +17,6 @@ JSON key: ``acked_put_msgs_per_s`` (the best producer), plus one key per produce
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading

@@ -276,7 +276,6 @@ class Queue:
         }
         self._dedup: Dict[bytes, float] = {}
         self._dedup_order: Deque[Tuple[float, bytes]] = collections.deque()
-        self.handles = 0  # open handles, for logging/cleanup
 
     # ---- storage ---------------------------------------------------------------------
     def is_duplicate(self, guid: bytes, now: float) -> bool:
@@ -456,10 +455,6 @@ class Queue:
                     _add_push(out, consumer, message, 0)
         for session, specs in out.items():
             self._send_pushes(session, specs)
-
-    def stats(self) -> Dict[str, int]:
-        """Counts for logging and tests."""
-        return {"messages": len(self.messages), "bytes": self.bytes}
 
 
 def _add_push(out: Dict[Any, List[tuple]], consumer: Consumer, message: StoredMessage, flags: int) -> None:

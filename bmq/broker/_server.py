@@ -155,10 +155,6 @@ class ClientSession:
             if thread is not threading.current_thread() and thread.ident is not None:
                 thread.join(timeout)
 
-    @property
-    def closed(self) -> bool:
-        return self._closing
-
     # ---- output ----------------------------------------------------------------------
     def send(self, data: bytes, block: bool = False) -> bool:
         """Queue ``data`` for the writer; False if the session is closing.
@@ -695,7 +691,6 @@ class Broker:
             raise StatusError("E_INVALID_ARGUMENT", f"qId {q_id} is already used for '{handle.uri}'")
         if handle is None:
             handle = session.handles[q_id] = QueueHandle(session, q_id, queue, canonical)
-            queue.handles += 1
             session.closed_queue_ids.discard(q_id)
         handle.write_count += writes
         if reads > 0:
@@ -774,7 +769,6 @@ class Broker:
         for stream in handle.substreams.values():
             handle.queue.remove_stream(stream)
         handle.substreams.clear()
-        handle.queue.handles -= 1
         del session.handles[handle.q_id]
         session.closed_queue_ids.add(handle.q_id)
 
