@@ -348,8 +348,8 @@ class Session:
             if self._state == _STARTED:
                 self._state = _RECONNECTING
             self._wake.notify_all()
-        if isinstance(exc, ProtocolError):
-            self._emit(ev.Error(f"malformed data from the broker, reconnecting: {exc}"))
+        if not isinstance(exc, ConnectionError):
+            self._emit(ev.Error(f"bad data from the broker, connection dropped: {exc!r}"))
         self._emit(ev.ConnectionLost(str(exc)))
 
     # ---- supervisor: reconnect, reopen, retransmit, ACK expiry ------------------------

@@ -223,8 +223,12 @@ class Transport:
                 data = sock.recv(_RECV_SIZE)
                 if not data:
                     raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
-                received = True
-                for event in frames.feed(data):
+                events = frames.feed(data)
+                if events:
+                    # Only whole events prove the link alive (FACTS §10): a stream stuck
+                    # inside a bogus length must still be detected as dead.
+                    received = True
+                for event in events:
                     event_type = event[4] & 0x3F
                     if event_type == _HEARTBEAT_REQ_TYPE:
                         self.send_control(_codec.HEARTBEAT_RSP)
