@@ -248,6 +248,7 @@ def test_broker_restart_is_survived(broker):
         queue = session.open_queue(fresh(), read=True, write=True)
         queue.post(b"before")
         queue.get(timeout=5.0).confirm()
+        assert broker.wait_for(lambda: not broker.queue_messages(queue.uri), 5.0)
         broker.restart(keep_queues=True)
         wait_event(session, events.StateRestored)
         queue.post(b"after")
