@@ -8,7 +8,6 @@ cdef enum:
     C_MAX_VALUE_LENGTH = 67104745
     # Unpadded area cap (C++ MessageProperties); padded it stays within 2^24-1 words.
     C_MAX_AREA_UNPADDED = 67108856
-    C_MAX_VALUE_FIELD = (1 << 26) - 1
 
 # Fixed value sizes by property type; 0 = variable (STRING, BINARY), -1 = invalid type.
 cdef int[8] FIXED_SIZE = [-1, 1, 1, 2, 4, 8, 0, 0]
