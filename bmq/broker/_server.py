@@ -584,7 +584,7 @@ class Broker:
             session.close(flush=True)
             return
         session.negotiated = True
-        logger.info(
+        logger.debug(
             "client %d (%s) negotiated: %s pid %s, %s",
             session.id,
             session.peer,
@@ -776,7 +776,7 @@ class Broker:
         for handle in list(session.handles.values()):
             self._release_handle(session, handle)
         session.disconnected = True
-        logger.info("client %d (%s) disconnecting", session.id, session.peer)
+        logger.debug("client %d (%s) disconnecting", session.id, session.peer)
         return "disconnectResponse", {}
 
     _REQUESTS: Dict[str, Callable[["Broker", ClientSession, Dict[str, Any]], Tuple[str, Dict[str, Any]]]] = {
