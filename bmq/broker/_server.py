@@ -53,6 +53,7 @@ _SDK_GATES = {"E_CPP": (10500, 10900), "E_JAVA": (2, 2)}
 _QUEUE_READ, _QUEUE_WRITE = 2, 4
 _RESERVED_QUEUE_ID = 4294967286
 _ZERO_GUID = bytes(16)
+_PROPERTIES = _codec.PUT_MESSAGE_PROPERTIES
 _OUTGOING_HIGH_WATERMARK = 64 * 1024 * 1024
 _RECV_SIZE = 256 * 1024
 _clock = time.monotonic  # the dedup window's clock (tests replace it)
@@ -834,7 +835,7 @@ class Broker:
                             app_data, compression = _decompress_old_style(app_data, flags, compression)
                         status = queue.check_quota(len(app_data))
                         if status == 0:
-                            queue.accept(StoredMessage(guid, app_data, flags, compression, schema_id), now)
+                            queue.accept((guid, app_data, flags & _PROPERTIES, compression, schema_id), now)
                 if status or wants_ack:
                     acks.append((status, correlation_id, guid, q_id))
             self._notify()
