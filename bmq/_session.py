@@ -10,18 +10,19 @@ import collections
 import itertools
 import logging
 import os
-import queue as _stdqueue
 import sys
 import threading
 import time
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _codec, _properties, _schema
 from . import events as ev
+from ._dispatch import Dispatcher, fail_future, new_futures, resolve_future
 from ._options import QueueOptions, SessionOptions, _compression
-from ._queue import CLOSED, CLOSING, OPEN, OPENING, PENDING, Queue, raise_for_failures
+from ._outbox import Outbox, OutboxEntry
+from ._queue import CLOSED, CLOSING, OPEN, OPENING, PENDING, Queue
 from ._transport import Transport, parse_broker_address
 from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus, Message
 from ._uri import parse_uri
@@ -56,27 +57,7 @@ _ACK_WAIT_MARGIN = 5.0
 _SUPERVISOR_TICK = 0.1
 _CONFIRM_CHUNK = 20000
 _EVENT_BACKLOG = 10000
-_STOP = object()
 _session_ids = itertools.count(1)
-
-
-def _new_futures(count: int) -> "List[Future[Any]]":
-    """``count`` fresh futures (the single place futures for posts are made)."""
-    return [Future() for _ in range(count)]
-
-
-def _resolve(future: "Future[Any]", value: Any) -> None:
-    try:
-        future.set_result(value)
-    except InvalidStateError:  # the caller cancelled it
-        pass
-
-
-def _fail(future: "Future[Any]", exc: BaseException) -> None:
-    try:
-        future.set_exception(exc)
-    except InvalidStateError:
-        pass
 
 
 class _PendingPut:
@@ -125,49 +106,14 @@ class _Connection:
                 self.session._handle_control(event)
             else:
                 message, _ = _schema.decode_event(event, "negotiation")
-                _resolve(self.negotiation, message)
+                resolve_future(self.negotiation, message)
         elif logger.isEnabledFor(logging.DEBUG):
             logger.debug("ignoring event of type %d (%d bytes)", event_type, len(event))
 
     def on_failure(self, exc: BaseException) -> None:
         if not self.negotiation.done():
-            _fail(self.negotiation, exc)
+            fail_future(self.negotiation, exc)
         self.session._on_connection_failure(self, exc)
-
-
-class _Dispatcher:
-    """The thread that runs user callbacks, in submission order."""
-
-    def __init__(self, name: str, high: int, low: int, on_slow: Callable[[bool], None]) -> None:
-        self._queue: "_stdqueue.SimpleQueue[Any]" = _stdqueue.SimpleQueue()
-        self._high, self._low = high, low
-        self._on_slow = on_slow
-        self._slow = False
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        self._queue.put((fn, args))
-        if not self._slow and self._queue.qsize() > self._high:
-            self._slow = True
-            self._on_slow(True)
-
-    def stop(self) -> None:
-        self._queue.put(_STOP)
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
-            fn, args = item
-            try:
-                fn(*args)
-            except Exception:  # user code: log, keep dispatching
-                logger.exception("callback %r raised", fn)
-            if self._slow and self._queue.qsize() <= self._low:
-                self._slow = False
-                self._on_slow(False)
 
 
 class Session:
@@ -226,19 +172,30 @@ class Session:
         self._events: Deque[ev.SessionEvent] = collections.deque(maxlen=_EVENT_BACKLOG)
         self._events_ready = threading.Condition(threading.Lock())
         self._stopped = threading.Event()
-        self._dispatcher = _Dispatcher(
+        self._dispatcher = Dispatcher(
             f"bmq-dispatcher-{self._id}",
             options.event_queue_high_watermark,
             options.event_queue_low_watermark,
             self._on_slow_consumer,
         )
         self._host_healthy = True
+        self._outbox: Optional[Outbox] = None
+        self._recovered: Dict[str, List[OutboxEntry]] = {}
+        if options.outbox_dir is not None:
+            self._outbox = Outbox(options.outbox_dir, options.outbox_fsync)
+            for item in self._outbox.recovered:
+                self._recovered.setdefault(item.queue_uri, []).append(item)
+        self.outbox_recovered = sum(map(len, self._recovered.values()))
+        """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
+        GUID) when its queue is opened for writing."""
         self._supervisor = threading.Thread(target=self._supervise, name=f"bmq-supervisor-{self._id}", daemon=True)
         try:
             conn = self._connect(options.connect_timeout)
         except BaseException:
             self._state = _STOPPED
             self._dispatcher.stop()
+            if self._outbox is not None:
+                self._outbox.close()
             self._stopped.set()
             raise
         with self._lock:
@@ -341,7 +298,7 @@ class Session:
             for rid, request in list(self._requests.items()):
                 if not request.buffered:
                     del self._requests[rid]
-                    _fail(request.future, lost)
+                    fail_future(request.future, lost)
             for queue in self._queues.values():
                 if queue.state == OPEN:
                     queue.state = PENDING
@@ -497,10 +454,14 @@ class Session:
         logger.warning("%d message(s) not acknowledged within %g s", len(expired), self.options.ack_timeout)
         self._complete(expired, AckStatus.TIMEOUT)
 
-    def _complete(self, entries: Iterable[Tuple[bytes, _PendingPut]], status: AckStatus) -> None:
+    def _complete(self, entries: List[Tuple[bytes, _PendingPut]], status: AckStatus) -> None:
+        """Resolve removed entries locally; final answers leave the outbox, NOT_CONNECTED
+        (the session stopped) stays there for the next session."""
+        if self._outbox is not None and status is not AckStatus.NOT_CONNECTED and entries:
+            self._outbox.done([guid for guid, _ in entries])
         for guid, entry in entries:
             ack = Ack(status, guid, entry.queue.uri)
-            _resolve(entry.future, ack)
+            resolve_future(entry.future, ack)
             if entry.on_ack is not None:
                 self._dispatcher.submit(entry.on_ack, ack)
 
@@ -584,7 +545,7 @@ class Session:
             return
         status = message.get("status")
         if status is not None and status.get("category") != "E_SUCCESS":
-            _fail(
+            fail_future(
                 request.future,
                 BrokerError(
                     f"broker replied {status.get('category')}: {status.get('message', '')}",
@@ -594,7 +555,7 @@ class Session:
                 ),
             )
         else:
-            _resolve(request.future, message)
+            resolve_future(request.future, message)
 
     # ---- queues -----------------------------------------------------------------------
     def open_queue(
@@ -667,6 +628,8 @@ class Session:
             if queue.state == OPENING:
                 queue.state = OPEN if self._conn is not None else PENDING
         logger.info("opened %s", queue)
+        if write and self._recovered:
+            self._resend_recovered(queue)
         return queue
 
     def _open_handle(self, queue: Queue, timeout: float, *, buffered: bool) -> None:
@@ -865,17 +828,39 @@ class Session:
             queue.queue_id, guids, payloads, area, flags=_ACK_REQUESTED, compression=cat,
             new_style_properties=self._new_style,
         )
+        per_message = area if isinstance(area, list) else [area] * count
+        if self._outbox is not None:
+            self._outbox.add(queue.uri, guids, payloads, per_message, cat)
+        return self._track_and_send(queue, guids, payloads, per_message, cat, events, on_ack)
+
+    def _track_and_send(
+        self,
+        queue: Queue,
+        guids: bytes,
+        payloads: Sequence[Any],
+        properties: Sequence[Optional[bytes]],
+        compression: int,
+        events: List[bytes],
+        on_ack: Optional[Callable[[Ack], None]],
+    ) -> "List[Future[Ack]]":
+        """Record built PUTs in the pending-ACK table (the retransmit list), then send them
+        unless the session is reconnecting."""
+        count = len(payloads)
         data = events[0] if len(events) == 1 else b"".join(events)
-        futures = _new_futures(count)
+        futures = new_futures(count)
         deadline = time.monotonic() + self.options.ack_timeout
-        per_message = area if isinstance(area, list) else itertools.repeat(area)
         keys = [guids[i:i + 16] for i in range(0, 16 * count, 16)]
         size = sum(map(len, payloads))
         with self._pending_lock:
-            self._wait_for_room(size)
+            try:
+                self._wait_for_room(size)
+            except Error:
+                if self._outbox is not None:
+                    self._outbox.done(keys)
+                raise
             pending = self._pending
-            for key, future, payload, props in zip(keys, futures, payloads, per_message):
-                pending[key] = _PendingPut(queue, future, payload, props, cat, deadline, on_ack)
+            for key, future, payload, props in zip(keys, futures, payloads, properties):
+                pending[key] = _PendingPut(queue, future, payload, props, compression, deadline, on_ack)
             self._pending_bytes += size
             transport = self._put_transport if queue.state == OPEN else None
         if transport is not None:
@@ -887,6 +872,24 @@ class Session:
             except ConnectionLost:
                 pass  # kept: re-sent after the reconnect
         return futures
+
+    def _resend_recovered(self, queue: Queue) -> None:
+        """Send what a previous process left unacknowledged in the outbox for this queue,
+        with the original GUIDs (the broker de-duplicates what had arrived)."""
+        with self._lock:
+            entries = self._recovered.pop(queue.uri, [])
+        for compression in sorted({entry.compression for entry in entries}):
+            group = [entry for entry in entries if entry.compression == compression]
+            guids = b"".join(entry.guid for entry in group)
+            payloads = [entry.payload for entry in group]
+            properties = [entry.properties for entry in group]
+            events = _codec.build_put_events(
+                queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED, compression=compression,
+                new_style_properties=self._new_style,
+            )
+            self._track_and_send(queue, guids, payloads, properties, compression, events, None)
+        if entries:
+            logger.warning("re-sent %d message(s) recovered from the outbox to %s", len(entries), queue.uri)
 
     def _wait_for_room(self, size: int) -> None:
         """Caller holds the pending lock: bound the memory kept for retransmission."""
@@ -913,6 +916,8 @@ class Session:
                 if entry is not None:
                     self._pending_bytes -= len(entry.payload)
             self._pending_room.notify_all()
+        if self._outbox is not None:
+            self._outbox.done(keys)
 
     def _handle_acks(self, event: bytes) -> None:
         acks = _codec.iter_acks(event)
@@ -928,10 +933,12 @@ class Session:
             self._pending_bytes -= freed
             if freed:
                 self._pending_room.notify_all()
+        if self._outbox is not None and done:
+            self._outbox.done([guid for _, guid, _ in done])
         submit = self._dispatcher.submit
         for status, guid, entry in done:
             ack = Ack(ACK_STATUS_FROM_WIRE[status], guid, entry.queue.uri)
-            _resolve(entry.future, ack)
+            resolve_future(entry.future, ack)
             if entry.on_ack is not None:
                 submit(entry.on_ack, ack)
 
@@ -1108,13 +1115,15 @@ class Session:
             conn.transport.join(max(0.0, deadline - time.monotonic()))
         closed = SessionClosedError(f"session to {self.broker} stopped")
         for request in requests.values():
-            _fail(request.future, closed)
+            fail_future(request.future, closed)
         with self._pending_lock:
             self._put_transport = None
             entries, self._pending = list(self._pending.items()), {}
             self._pending_bytes = 0
             self._pending_room.notify_all()
         self._complete(entries, AckStatus.NOT_CONNECTED)
+        if self._outbox is not None:
+            self._outbox.close()
         for queue in queues:
             queue._mark_closed()
         current = threading.current_thread()
