@@ -19,15 +19,15 @@ from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional
 
 from . import _codec, _properties, _schema
 from . import events as ev
-from ._dispatch import Dispatcher, fail_future, new_futures, resolve_future
+from ._dispatch import Dispatcher, fail_future, resolve_future
 from ._options import QueueOptions, SessionOptions, _compression
 from ._outbox import Outbox, OutboxEntry
+from ._puts import PendingPuts
 from ._queue import CLOSED, CLOSING, OPEN, OPENING, PENDING, Queue
 from ._transport import Transport, parse_broker_address
-from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus, Message
+from ._types import Ack, AckStatus, Message
 from ._uri import parse_uri
 from .exceptions import (
-    BandwidthLimitError,
     BrokerError,
     ClosedByBroker,
     ConnectionError,
@@ -60,22 +60,6 @@ _EVENT_BACKLOG = 10000
 _session_ids = itertools.count(1)
 
 
-class _PendingPut:
-    """What is needed to resolve and to retransmit one PUT (its GUID is the table key)."""
-
-    __slots__ = ("queue", "future", "payload", "properties", "compression", "deadline", "on_ack")
-
-    def __init__(self, queue: Queue, future: "Future[Ack]", payload: Any, properties: Optional[bytes],
-                 compression: int, deadline: float, on_ack: Optional[Callable[[Ack], None]]) -> None:
-        self.queue = queue
-        self.future = future
-        self.payload = payload
-        self.properties = properties
-        self.compression = compression
-        self.deadline = deadline
-        self.on_ack = on_ack
-
-
 class _Request:
     """A control request waiting for its response (buffered ones survive a reconnect)."""
 
@@ -98,7 +82,7 @@ class _Connection:
 
     def on_event(self, event_type: int, event: bytes) -> None:
         if event_type == _EVENT_ACK:
-            self.session._handle_acks(event)
+            self.session._puts.handle_acks(event)
         elif event_type == _EVENT_PUSH:
             self.session._handle_push(self, event)
         elif event_type == _EVENT_CONTROL:
@@ -164,11 +148,6 @@ class Session:
         self._next_sub_ids: Dict[str, int] = {}
         self._subscription_ids = itertools.count(1)
         self._readers: Dict[Tuple[int, int], Queue] = {}  # (qId, sId) -> queue
-        self._pending_lock = threading.Lock()
-        self._pending_room = threading.Condition(self._pending_lock)
-        self._pending: Dict[bytes, _PendingPut] = {}
-        self._pending_bytes = 0
-        self._put_transport: Optional[Transport] = None  # set once the state is restored
         self._events: Deque[ev.SessionEvent] = collections.deque(maxlen=_EVENT_BACKLOG)
         self._events_ready = threading.Condition(threading.Lock())
         self._stopped = threading.Event()
@@ -185,6 +164,7 @@ class Session:
             self._outbox = Outbox(options.outbox_dir, options.outbox_fsync)
             for item in self._outbox.recovered:
                 self._recovered.setdefault(item.queue_uri, []).append(item)
+        self._puts = PendingPuts(options, self._dispatcher.submit, self._outbox)
         self.outbox_recovered = sum(map(len, self._recovered.values()))
         """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
         GUID) when its queue is opened for writing."""
@@ -201,8 +181,7 @@ class Session:
         with self._lock:
             self._adopt(conn)
             self._state = _STARTED
-            with self._pending_lock:
-                self._put_transport = conn.transport
+        self._puts.restore(conn.transport, conn.new_style_properties, lambda: True)  # type: ignore[arg-type]
         self._supervisor.start()
         monitor = options.host_health_monitor
         if monitor is not None:
@@ -292,8 +271,7 @@ class Session:
             if conn is not self._conn:
                 return
             self._conn = None
-            with self._pending_lock:
-                self._put_transport = None
+            self._puts.suspend()
             lost = ConnectionLost(f"connection to {self.broker} lost: {exc}")
             for rid, request in list(self._requests.items()):
                 if not request.buffered:
@@ -321,7 +299,7 @@ class Session:
                     reconnect = self._state == _RECONNECTING
                 if reconnect:
                     self._reconnect()
-                self._expire_acks()
+                self._puts.expire()
         except Exception:  # a bug here must not leave callers hanging
             logger.exception("session supervisor crashed; stopping the session")
             threading.Thread(target=self.stop, name=f"bmq-stopper-{self._id}", daemon=True).start()
@@ -372,7 +350,7 @@ class Session:
                     transport.send_control(data)
                 for queue in to_reopen:
                     self._reopen(queue)
-                self._restore(conn)
+                self._puts.restore(transport, conn.new_style_properties, lambda: self._conn is conn)
             except (ConnectionLost, TimeoutError) as e:
                 logger.warning("connection lost again while restoring state: %s", e)
                 with self._lock:
@@ -403,67 +381,6 @@ class Session:
             if queue.state == PENDING:
                 queue.state = OPEN
         self._emit(ev.QueueReopened(queue.uri))
-
-    def _restore(self, conn: _Connection) -> None:
-        """Every queue reopened: re-send kept PUTs with their GUIDs, then let posts through."""
-        transport = conn.transport
-        assert transport is not None
-        with self._pending_lock:
-            if self._conn is not conn:
-                raise ConnectionLost("connection lost while restoring state")
-            entries = list(self._pending.items())
-            self._put_transport = transport
-        if entries:
-            logger.warning("re-sending %d unacknowledged message(s)", len(entries))
-        for compression in {entry.compression for _, entry in entries}:
-            group = [(guid, entry) for guid, entry in entries if entry.compression == compression]
-            for events in self._build_retransmission(group, compression, conn.new_style_properties):
-                transport.send_control(events)
-
-    def _build_retransmission(
-        self, group: List[Tuple[bytes, _PendingPut]], compression: int, new_style: bool
-    ) -> Iterable[bytes]:
-        chunk = 10000
-        for start in range(0, len(group), chunk):
-            part = group[start:start + chunk]
-            events = _codec.build_put_events(
-                [entry.queue.queue_id for _, entry in part],
-                b"".join(guid for guid, _ in part),
-                [entry.payload for _, entry in part],
-                [entry.properties for _, entry in part],
-                flags=_ACK_REQUESTED,
-                compression=compression,
-                new_style_properties=new_style,
-            )
-            yield b"".join(events)
-
-    def _expire_acks(self) -> None:
-        now = time.monotonic()
-        expired: List[Tuple[bytes, _PendingPut]] = []
-        with self._pending_lock:
-            for guid, entry in self._pending.items():
-                if entry.deadline > now:
-                    break  # insertion order = deadline order
-                expired.append((guid, entry))
-            if not expired:
-                return
-            for guid, _ in expired:
-                del self._pending[guid]
-            self._pending_bytes -= sum(len(entry.payload) for _, entry in expired)
-            self._pending_room.notify_all()
-        logger.warning("%d message(s) not acknowledged within %g s", len(expired), self.options.ack_timeout)
-        self._complete(expired, AckStatus.TIMEOUT)
-
-    def _complete(self, entries: List[Tuple[bytes, _PendingPut]], status: AckStatus) -> None:
-        """Resolve removed entries locally; final answers leave the outbox, NOT_CONNECTED
-        (the session stopped) stays there for the next session."""
-        if self._outbox is not None and status is not AckStatus.NOT_CONNECTED and entries:
-            self._outbox.done([guid for guid, _ in entries])
-        for guid, entry in entries:
-            ack = Ack(status, guid, entry.queue.uri)
-            resolve_future(entry.future, ack)
-            if entry.on_ack is not None:
-                self._dispatcher.submit(entry.on_ack, ack)
 
     # ---- events ---------------------------------------------------------------------
     def _emit(self, event: ev.SessionEvent) -> None:
@@ -752,13 +669,7 @@ class Session:
             for key in [key for key, reader in self._readers.items() if reader is queue]:
                 del self._readers[key]
             queue._mark_closed()
-        with self._pending_lock:
-            dropped = [(guid, entry) for guid, entry in self._pending.items() if entry.queue is queue]
-            for guid, entry in dropped:
-                del self._pending[guid]
-                self._pending_bytes -= len(entry.payload)
-            self._pending_room.notify_all()
-        self._complete(dropped, status)
+        self._puts.cancel_queue(queue, status)
 
     # ---- posting ----------------------------------------------------------------------
     def post(
@@ -831,47 +742,7 @@ class Session:
         per_message = area if isinstance(area, list) else [area] * count
         if self._outbox is not None:
             self._outbox.add(queue.uri, guids, payloads, per_message, cat)
-        return self._track_and_send(queue, guids, payloads, per_message, cat, events, on_ack)
-
-    def _track_and_send(
-        self,
-        queue: Queue,
-        guids: bytes,
-        payloads: Sequence[Any],
-        properties: Sequence[Optional[bytes]],
-        compression: int,
-        events: List[bytes],
-        on_ack: Optional[Callable[[Ack], None]],
-    ) -> "List[Future[Ack]]":
-        """Record built PUTs in the pending-ACK table (the retransmit list), then send them
-        unless the session is reconnecting."""
-        count = len(payloads)
-        data = events[0] if len(events) == 1 else b"".join(events)
-        futures = new_futures(count)
-        deadline = time.monotonic() + self.options.ack_timeout
-        keys = [guids[i:i + 16] for i in range(0, 16 * count, 16)]
-        size = sum(map(len, payloads))
-        with self._pending_lock:
-            try:
-                self._wait_for_room(size)
-            except Error:
-                if self._outbox is not None:
-                    self._outbox.done(keys)
-                raise
-            pending = self._pending
-            for key, future, payload, props in zip(keys, futures, payloads, properties):
-                pending[key] = _PendingPut(queue, future, payload, props, compression, deadline, on_ack)
-            self._pending_bytes += size
-            transport = self._put_transport if queue.state == OPEN else None
-        if transport is not None:
-            try:
-                transport.send(data, self.options.channel_write_timeout)
-            except BandwidthLimitError:
-                self._unrecord(keys)
-                raise
-            except ConnectionLost:
-                pass  # kept: re-sent after the reconnect
-        return futures
+        return self._puts.track_and_send(queue, guids, payloads, per_message, cat, events, on_ack)
 
     def _resend_recovered(self, queue: Queue) -> None:
         """Send what a previous process left unacknowledged in the outbox for this queue,
@@ -887,60 +758,9 @@ class Session:
                 queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED, compression=compression,
                 new_style_properties=self._new_style,
             )
-            self._track_and_send(queue, guids, payloads, properties, compression, events, None)
+            self._puts.track_and_send(queue, guids, payloads, properties, compression, events, None)
         if entries:
             logger.warning("re-sent %d message(s) recovered from the outbox to %s", len(entries), queue.uri)
-
-    def _wait_for_room(self, size: int) -> None:
-        """Caller holds the pending lock: bound the memory kept for retransmission."""
-        limit = self.options.max_pending_bytes
-        if self._pending_bytes + size <= limit or not self._pending:
-            return
-        timeout = self.options.channel_write_timeout
-        deadline = time.monotonic() + timeout
-        while self._pending_bytes + size > limit and self._pending:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise BandwidthLimitError(
-                    f"{self._pending_bytes} bytes of messages await acknowledgement (limit {limit}) "
-                    f"after {timeout:g} s"
-                )
-            self._pending_room.wait(remaining)
-        if self._stopping():
-            raise SessionClosedError(f"session to {self.broker} is stopped")
-
-    def _unrecord(self, keys: List[bytes]) -> None:
-        with self._pending_lock:
-            for key in keys:
-                entry = self._pending.pop(key, None)
-                if entry is not None:
-                    self._pending_bytes -= len(entry.payload)
-            self._pending_room.notify_all()
-        if self._outbox is not None:
-            self._outbox.done(keys)
-
-    def _handle_acks(self, event: bytes) -> None:
-        acks = _codec.iter_acks(event)
-        done = []
-        with self._pending_lock:
-            pop = self._pending.pop
-            freed = 0
-            for status, _, guid, _ in acks:
-                entry = pop(guid, None)
-                if entry is not None:
-                    done.append((status, guid, entry))
-                    freed += len(entry.payload)
-            self._pending_bytes -= freed
-            if freed:
-                self._pending_room.notify_all()
-        if self._outbox is not None and done:
-            self._outbox.done([guid for _, guid, _ in done])
-        submit = self._dispatcher.submit
-        for status, guid, entry in done:
-            ack = Ack(ACK_STATUS_FROM_WIRE[status], guid, entry.queue.uri)
-            resolve_future(entry.future, ack)
-            if entry.on_ack is not None:
-                submit(entry.on_ack, ack)
 
     def flush(self, timeout: Optional[float] = None) -> int:
         """Wait until every posted message is acknowledged (or ``timeout`` passes).
@@ -948,14 +768,7 @@ class Session:
         Returns:
             How many messages are still waiting for their ACK (0 when all are done).
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._pending_lock:
-            while self._pending:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    break
-                self._pending_room.wait(remaining if remaining is not None else 1.0)
-            return len(self._pending)
+        return self._puts.flush(timeout)
 
     def _wait(self, future: "Future[Ack]", timeout: Optional[float]) -> Ack:
         limit = self.options.ack_timeout + _ACK_WAIT_MARGIN if timeout is None else timeout
@@ -1116,14 +929,7 @@ class Session:
         closed = SessionClosedError(f"session to {self.broker} stopped")
         for request in requests.values():
             fail_future(request.future, closed)
-        with self._pending_lock:
-            self._put_transport = None
-            entries, self._pending = list(self._pending.items()), {}
-            self._pending_bytes = 0
-            self._pending_room.notify_all()
-        self._complete(entries, AckStatus.NOT_CONNECTED)
-        if self._outbox is not None:
-            self._outbox.close()
+        self._puts.close()
         for queue in queues:
             queue._mark_closed()
         current = threading.current_thread()
