@@ -166,7 +166,10 @@ class StoredMessage(NamedTuple):
 
 
 class Consumer:
-    """One (subscription, consumer info) of a reader stream: flow control and priority."""
+    """One (subscription, consumer info) of a reader stream: flow control and priority.
+
+    Thread-safety: guarded by the broker lock.
+    """
 
     __slots__ = ("stream", "sid", "priority", "max_messages", "max_bytes", "expression", "unconfirmed", "unconfirmed_bytes")
 
@@ -185,7 +188,10 @@ class Consumer:
 
 
 class SubStream:
-    """A reader's view of one appId of a queue, within one client's queue handle."""
+    """A reader's view of one appId of a queue, within one client's queue handle.
+
+    Thread-safety: guarded by the broker lock.
+    """
 
     __slots__ = ("handle", "sub_id", "app_id", "read_count", "consumers", "retired")
 
@@ -200,7 +206,10 @@ class SubStream:
 
 
 class QueueHandle:
-    """What one client session opened under one qId."""
+    """What one client session opened under one qId.
+
+    Thread-safety: guarded by the broker lock.
+    """
 
     __slots__ = ("session", "q_id", "queue", "uri", "write_count", "substreams")
 
@@ -223,7 +232,10 @@ PushSink = Callable[[Any, List[tuple]], None]
 
 
 class _App:
-    """Delivery state of one appId (the only one, ``__default``, outside fan-out)."""
+    """Delivery state of one appId (the only one, ``__default``, outside fan-out).
+
+    Thread-safety: guarded by the broker lock.
+    """
 
     __slots__ = ("app_id", "pending", "redelivery", "outstanding", "consumers", "rr")
 

@@ -60,7 +60,10 @@ _clock = time.monotonic  # the dedup window's clock (tests replace it)
 
 
 class _Scheduler:
-    """A single timer thread running callables at given times (heartbeats, delays)."""
+    """A single timer thread running callables at given times (heartbeats, delays).
+
+    Thread-safety: ``call_later`` and ``stop`` may be called from any thread.
+    """
 
     def __init__(self) -> None:
         self._heap: List[Tuple[float, int, Callable[..., Any], tuple]] = []
@@ -280,6 +283,13 @@ class Broker:
         max_event_size: largest event accepted; a longer length word closes the connection.
         check_crc: verify the CRC32-C of every PUT and NACK (status 5) a mismatch; the real
             broker does not check it (FACTS §2.5), a test broker should.
+
+    Attributes:
+        faults: the fault-injection switches (:class:`~bmq.broker.Faults`).
+        domains: the domain configuration; change it only before :meth:`start`.
+
+    Inspection for tests: :attr:`address`, :attr:`port`, :meth:`clients`,
+    :meth:`queue_messages`, :meth:`wait_for`.
 
     Thread-safety: every public method is safe from any thread.
     """
