@@ -144,7 +144,7 @@ def build_put_events(
     *,
     flags: int = ...,
     compression: int = ...,
-    new_style_properties: bool = True,
+    new_style_properties: Union[bool, Sequence[bool]] = True,
     max_event_size: int = ...,
 ) -> list[bytes]:
     """PUT events for ``len(payloads)`` messages, packed back to back and split so that no
@@ -158,7 +158,8 @@ def build_put_events(
     ``compression``: COMPRESSION_ZLIB compresses per message when the bytes to compress are
     >= 1024 and the result is strictly smaller (else CAT 0), payload only for new-style
     properties, properties+payload for old-style (§2.6). SchemaId is 1 with new-style
-    properties, else 0. CRC32-C covers the unpadded appData as sent (§2.5).
+    properties, else 0 (``new_style_properties``: one bool for all messages or one per message).
+    CRC32-C covers the unpadded appData as sent (§2.5).
     Raises MessageTooLargeError (appData > MAX_PAYLOAD_SIZE) or ValueError (empty payload,
     wrong guids length) before building anything."""
 

@@ -1,0 +1,445 @@
+"""The ``bmq`` command line (also ``python -m bmq``).
+
+Subcommands: ``broker`` (run the embedded broker), ``post``, ``consume`` and ``bench``. Every
+client command takes ``--broker ADDR``; without it an embedded broker is started in-process,
+so the commands work on a machine with no BlazingMQ installed.
+
+Errors are one line on stderr and exit code 2 for bad input or an unreachable broker (1 for
+other failures), unless ``--debug`` asks for the traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from concurrent.futures import wait
+from typing import IO, Dict, Iterator, List, Optional, Sequence, Tuple
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+DEFAULT_URI = "bmq://bmq.test.mem.priority/bmq-cli"
+_PROPERTY_TYPES = ("bool", "char", "short", "int32", "int64", "string", "binary")
+
+
+class CommandError(Exception):
+    """A user error detected by the CLI itself (exit code 2)."""
+
+
+class Progress:
+    """A one-line live progress bar on a terminal; silent when the stream is not a TTY."""
+
+    def __init__(self, label: str, total: int, stream: IO[str] = sys.stderr):
+        self.label = label
+        self.total = total
+        self.stream = stream
+        self.enabled = total > 0 and hasattr(stream, "isatty") and stream.isatty()
+        self.done = 0
+        self.start = time.monotonic()
+        self._last_draw = 0.0
+        self._lock = threading.Lock()
+
+    def advance(self, n: int = 1) -> None:
+        with self._lock:
+            self.done += n
+            if not self.enabled:
+                return
+            now = time.monotonic()
+            if now - self._last_draw < 0.1 and self.done < self.total:
+                return
+            self._last_draw = now
+            elapsed = max(now - self.start, 1e-9)
+            rate = self.done / elapsed
+            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+            width = 30
+            filled = int(width * min(self.done, self.total) / self.total)
+            self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] "
+                              f"{self.done}/{self.total} {rate:,.0f} msg/s ETA {eta:4.0f}s ")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+@contextlib.contextmanager
+def broker_address(args: argparse.Namespace) -> Iterator[str]:
+    """``--broker`` if given, else the address of an embedded broker that lives for the block."""
+    if args.broker:
+        yield args.broker
+        return
+    from .broker import Broker
+
+    with Broker() as embedded:
+        logging.getLogger("bmq.cli").info("embedded broker listening on %s", embedded.address)
+        yield embedded.address
+
+
+def parse_property(text: str) -> Tuple[str, object, Optional[str]]:
+    """``name=value`` (a string) or ``name:type=value`` with type one of bool, char, short,
+    int32, int64, string, binary (binary values in hex)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise CommandError(f"--property {text!r}: expected name=value or name:type=value")
+    name, _, type_name = key.partition(":")
+    type_name = type_name.lower() or "string"
+    if type_name not in _PROPERTY_TYPES:
+        raise CommandError(f"--property {text!r}: unknown type {type_name!r} (one of {', '.join(_PROPERTY_TYPES)})")
+    try:
+        if type_name == "bool":
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError("expected true or false")
+            value: object = raw.lower() in ("true", "1")
+        elif type_name in ("short", "int32", "int64"):
+            value = int(raw, 0)
+        elif type_name == "char":
+            value = raw.encode("latin-1")
+        elif type_name == "binary":
+            value = bytes.fromhex(raw)
+        else:
+            value = raw
+    except ValueError as exc:
+        raise CommandError(f"--property {text!r}: {exc}") from None
+    return name, value, type_name.upper()
+
+
+def _properties(args: argparse.Namespace) -> Tuple[Optional[dict], Optional[dict]]:
+    import bmq
+
+    if not args.property:
+        return None, None
+    values: Dict[str, object] = {}
+    types: Dict[str, object] = {}
+    for text in args.property:
+        name, value, type_name = parse_property(text)
+        values[name] = value
+        types[name] = getattr(bmq.PropertyType, type_name)
+    return values, types
+
+
+def _payloads(args: argparse.Namespace) -> Tuple[List[bytes], int]:
+    """The distinct payloads to post and how many messages in total."""
+    if args.stdin:
+        lines = [line.rstrip(b"\n") for line in sys.stdin.buffer]
+        payloads = [line for line in lines if line]
+        if not payloads:
+            raise CommandError("--stdin: no non-empty lines to post")
+        return payloads, len(payloads) if args.count is None else args.count
+    if args.file:
+        try:
+            with open(args.file, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise CommandError(f"--file: {exc.strerror}: {args.file}") from None
+        if not data:
+            raise CommandError(f"--file: {args.file} is empty (BlazingMQ refuses empty payloads)")
+        return [data], 1 if args.count is None else args.count
+    if args.size <= 0:
+        raise CommandError("--size must be positive (BlazingMQ refuses empty payloads)")
+    count = 1 if args.count is None else args.count
+    return [(b"%010d" % i).ljust(args.size, b".")[: args.size] for i in range(min(count, 1000))], count
+
+
+def cmd_post(args: argparse.Namespace) -> int:
+    import bmq
+
+    payloads, count = _payloads(args)
+    properties, property_types = _properties(args)
+    if count <= 0 or args.threads <= 0:
+        raise CommandError("--count and --threads must be positive")
+    statuses: Dict[str, int] = {}
+    lock = threading.Lock()
+    progress = Progress("post", count)
+    per_thread_rate = args.rate / args.threads if args.rate else None
+    errors: List[BaseException] = []
+
+    def worker(index: int, share: int, queue) -> None:
+        start = time.monotonic()
+        sent = 0
+        try:
+            while sent < share:
+                n = min(args.batch, share - sent)
+                if per_thread_rate:
+                    n = min(n, max(1, int(per_thread_rate / 10)))
+                    delay = start + sent / per_thread_rate - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)  # pacing the send rate, not synchronisation
+                batch = [payloads[(index + (sent + i) * args.threads) % len(payloads)] for i in range(n)]
+                futures = queue.post_many_async(batch, properties=properties, property_types=property_types,
+                                                compression=args.compression)
+                wait(futures, timeout=args.timeout)
+                with lock:
+                    for future in futures:
+                        name = future.result().status.name if future.done() else "TIMEOUT"
+                        statuses[name] = statuses.get(name, 0) + 1
+                progress.advance(n)
+                sent += n
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    with broker_address(args) as address, bmq.Session(broker=address) as session:
+        queue = session.open_queue(args.uri, write=True)
+        shares = [count // args.threads + (1 if i < count % args.threads else 0) for i in range(args.threads)]
+        started = time.monotonic()
+        threads = [threading.Thread(target=worker, args=(i, share, queue), name=f"bmq-cli-post-{i}")
+                   for i, share in enumerate(shares)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = max(time.monotonic() - started, 1e-9)
+    progress.close()
+    if errors:
+        raise errors[0]
+    acked = statuses.pop("SUCCESS", 0)
+    total_bytes = sum(len(payloads[i % len(payloads)]) for i in range(acked))
+    summary = {"acked": acked, "failed": statuses, "seconds": round(elapsed, 3),
+               "msgs_per_s": round(acked / elapsed), "mb_per_s": round(total_bytes / elapsed / 1e6, 2)}
+    failed = sum(statuses.values())
+    print(f"posted {count} to {args.uri}: {acked} acked, {failed} failed"
+          + (f" {statuses}" if failed else "") + f", {summary['msgs_per_s']:,} msg/s, {summary['mb_per_s']} MB/s")
+    return EXIT_OK if failed == 0 else EXIT_FAILURE
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return value
+
+
+def message_record(msg) -> dict:
+    """A consumed message as one JSON-serialisable dict (bytes as base64)."""
+    try:
+        data: object = msg.data.decode("utf-8")
+        encoding = "utf-8"
+    except UnicodeDecodeError:
+        data, encoding = _jsonable(msg.data), "base64"
+    props = msg.properties
+    types = getattr(msg, "property_types", None) or {}
+    return {"guid": msg.guid.hex().upper(), "queue": msg.queue_uri, "data": data, "encoding": encoding,
+            "properties": {k: _jsonable(v) for k, v in props.items()},
+            "property_types": {k: getattr(t, "name", str(t)) for k, t in types.items()}}
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    import bmq
+
+    out = sys.stdout.buffer
+    received = 0
+    pending: list = []
+    progress = Progress("consume", args.count or 0)
+    with broker_address(args) as address, bmq.Session(broker=address) as session:
+        queue = session.open_queue(args.uri, read=True, options=bmq.QueueOptions(
+            max_unconfirmed_messages=args.max_unconfirmed))
+        while args.count is None or received < args.count:
+            msg = queue.get(timeout=args.timeout)
+            if msg is None:
+                break
+            received += 1
+            if args.output == "raw":
+                out.write(msg.data + b"\n")
+            else:
+                out.write(json.dumps(message_record(msg), separators=(",", ":")).encode() + b"\n")
+            if not args.no_confirm:
+                pending.append(msg)
+                if len(pending) >= 256:
+                    session.confirm_many(pending)
+                    pending = []
+            progress.advance()
+        if pending:
+            session.confirm_many(pending)
+        out.flush()
+    progress.close()
+    if args.count is not None and received < args.count:
+        print(f"bmq consume: received {received} of {args.count} messages before a {args.timeout}s silence",
+              file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _format_row(result) -> str:
+    lat = result.latency_us
+    return (f"{result.client:<10} {result.acked:>9,} {result.received:>9,} {result.post_msgs_per_s:>12,.0f} "
+            f"{result.e2e_msgs_per_s:>12,.0f} {result.e2e_mb_per_s:>8.1f} "
+            + " ".join(f"{lat.get(k, float('nan')):>9.0f}" for k in ("p50", "p90", "p99", "p99.9")))
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import _bench
+
+    if args.count <= 0 or args.producers <= 0 or args.consumers <= 0:
+        raise CommandError("--count, --producers and --consumers must be positive")
+    _bench.make_payload(args.size)  # validates --size before anything starts
+    results = []
+    with broker_address(args) as address:
+        where = args.broker or f"embedded broker {address}"
+        print(f"bmq bench: {args.count:,} messages of {args.size} B, {args.producers} producer(s), "
+              f"{args.consumers} consumer(s), via {where}", file=sys.stderr)
+        progress = Progress("bmq      ", args.count)
+        results.append(_bench.run_bmq(address, args.uri, size=args.size, count=args.count,
+                                      producers=args.producers, consumers=args.consumers,
+                                      batch=args.batch, timeout=args.timeout, progress=progress.advance))
+        progress.close()
+        if args.official:
+            try:
+                import blazingmq  # noqa: F401
+            except ImportError:
+                print("bmq bench: --official skipped: the blazingmq package is not installed "
+                      "(pip install 'bmq[bench]')", file=sys.stderr)
+            else:
+                progress = Progress("blazingmq", args.count)
+                results.append(_bench.run_official(address, args.uri + "-official", size=args.size,
+                                                   count=args.count, producers=args.producers,
+                                                   consumers=args.consumers, timeout=args.timeout,
+                                                   progress=progress.advance))
+                progress.close()
+    print(f"{'client':<10} {'acked':>9} {'received':>9} {'post msg/s':>12} {'e2e msg/s':>12} {'MB/s':>8} "
+          f"{'p50 us':>9} {'p90 us':>9} {'p99 us':>9} {'p99.9 us':>9}")
+    for result in results:
+        print(_format_row(result))
+    if len(results) == 2 and results[1].e2e_msgs_per_s:
+        print(f"bmq / blazingmq end-to-end throughput: {results[0].e2e_msgs_per_s / results[1].e2e_msgs_per_s:.2f}x")
+    report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": _machine(),
+              "results": [r.as_dict() for r in results]}
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
+    if args.plot:
+        _plot(results, args.plot)
+    ok = all(r.received == r.messages and r.nacked == 0 for r in results)
+    return EXIT_OK if ok else EXIT_FAILURE
+
+
+def _machine() -> dict:
+    import platform
+
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
+
+
+def _plot(results, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CommandError("--plot needs matplotlib: pip install 'bmq[bench]'") from None
+    fig, (hist, line) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for result in results:
+        hist.hist(result.latencies_sample_us, bins=100, alpha=0.6, label=result.client)
+        line.plot([i * 0.1 for i in range(len(result.timeline))], result.timeline, label=result.client)
+    hist.set(title="end-to-end latency", xlabel="microseconds", ylabel="messages", xscale="linear")
+    line.set(title="throughput", xlabel="seconds", ylabel="messages/s")
+    hist.legend()
+    line.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from .broker import cli as broker_cli
+
+    return broker_cli.run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bmq", description="BlazingMQ from Python: post, consume, "
+                                     "benchmark, or run an embedded broker.")
+    parser.add_argument("--debug", action="store_true", help="log at DEBUG and show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def client_command(name: str, help_text: str) -> argparse.ArgumentParser:
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        command.add_argument("--broker", metavar="ADDR",
+                             help="broker address, e.g. tcp://localhost:30114 (default: start an embedded broker)")
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        return command
+
+    from .broker import cli as broker_cli
+
+    broker = sub.add_parser("broker", help="run the embedded BlazingMQ broker until Ctrl-C")
+    broker.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    broker_cli.add_arguments(broker)
+    broker.set_defaults(func=cmd_broker)
+
+    post = client_command("post", "post messages to a queue and wait for every ACK")
+    post.add_argument("uri", help="queue URI, e.g. bmq://bmq.test.mem.priority/orders")
+    post.add_argument("--count", type=int, help="messages to post (default 1, or one per --stdin line)")
+    source = post.add_mutually_exclusive_group()
+    source.add_argument("--size", type=int, default=100, help="payload size in bytes (default 100)")
+    source.add_argument("--file", help="post this file's content")
+    source.add_argument("--stdin", action="store_true", help="post each line of standard input")
+    post.add_argument("--property", action="append", metavar="NAME[:TYPE]=VALUE",
+                      help=f"message property; TYPE one of {', '.join(_PROPERTY_TYPES)} (default string)")
+    post.add_argument("--compression", choices=["none", "zlib"], default="none")
+    post.add_argument("--rate", type=float, help="messages per second in total (default: as fast as possible)")
+    post.add_argument("--threads", type=int, default=1, help="posting threads (default 1)")
+    post.add_argument("--batch", type=int, default=1000, help=argparse.SUPPRESS)
+    post.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for ACKs of a batch")
+    post.set_defaults(func=cmd_post)
+
+    consume = client_command("consume", "print messages from a queue (JSON lines) and confirm them")
+    consume.add_argument("uri", help="queue URI; fan-out consumers add ?id=APPID")
+    consume.add_argument("--count", type=int, help="stop after this many messages")
+    consume.add_argument("--timeout", type=float, default=5.0,
+                         help="stop after this many seconds without a message (default 5)")
+    consume.add_argument("--no-confirm", action="store_true", help="do not confirm (the broker will redeliver)")
+    consume.add_argument("--output", choices=["jsonl", "raw"], default="jsonl")
+    consume.add_argument("--max-unconfirmed", type=int, default=1000, help=argparse.SUPPRESS)
+    consume.set_defaults(func=cmd_consume)
+
+    bench = client_command("bench", "measure producer→broker→consumer throughput and latency")
+    bench.add_argument("--uri", default=DEFAULT_URI, help=f"queue to use (default {DEFAULT_URI})")
+    bench.add_argument("--size", type=int, default=100, help="payload bytes (default 100, minimum 8)")
+    bench.add_argument("--count", type=int, default=100_000, help="messages (default 100000)")
+    bench.add_argument("--producers", type=int, default=1)
+    bench.add_argument("--consumers", type=int, default=1)
+    bench.add_argument("--batch", type=int, default=1000, help="messages per post_many call (default 1000)")
+    bench.add_argument("--timeout", type=float, default=120.0, help=argparse.SUPPRESS)
+    bench.add_argument("--official", action="store_true",
+                       help="also run the official blazingmq SDK on the same broker, side by side")
+    bench.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    bench.add_argument("--plot", metavar="PNG", help="draw latency histogram and throughput timeline (matplotlib)")
+    bench.set_defaults(func=cmd_bench)
+    return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if isinstance(exc, CommandError) else f"{type(exc).__name__}: {text}"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``bmq`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "broker":
+        logging.getLogger("bmq.broker").setLevel(logging.INFO)
+    if getattr(args, "compression", None) == "none":
+        args.compression = None
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        import bmq
+
+        print(f"bmq {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        usage = (CommandError, bmq.InvalidURIError, bmq.ConnectionError, bmq.TimeoutError, ValueError)
+        return EXIT_USAGE if isinstance(exc, usage) else EXIT_FAILURE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

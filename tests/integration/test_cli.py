@@ -1,0 +1,101 @@
+"""The ``bmq`` command line, driven as a subprocess against an embedded broker."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bmq.broker import Broker
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_cli(*args: str, timeout: float = 120, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "bmq", *args], input=stdin, capture_output=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with Broker() as embedded:
+        yield embedded
+
+
+def test_post_then_consume_round_trips_payloads_and_properties(broker):
+    uri = "bmq://bmq.test.mem.priority/cli-roundtrip"
+    posted = run_cli("post", uri, "--broker", broker.address, "--count", "50", "--size", "32",
+                     "--property", "kind=order", "--property", "n:int32=7", "--property", "flag:bool=true",
+                     "--property", "blob:binary=00ff10")
+    assert posted.returncode == 0, posted.stderr.decode()
+    assert b"50 acked, 0 failed" in posted.stdout
+
+    consumed = run_cli("consume", uri, "--broker", broker.address, "--count", "50", "--timeout", "10")
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    records = [json.loads(line) for line in consumed.stdout.splitlines()]
+    assert len(records) == 50
+    expected = sorted((b"%010d" % i).ljust(32, b".").decode() for i in range(50))
+    assert sorted(r["data"] for r in records) == expected
+    for record in records:
+        assert record["properties"] == {"kind": "order", "n": 7, "flag": True, "blob": "AP8Q"}
+        assert record["property_types"] == {"kind": "STRING", "n": "INT32", "flag": "BOOL", "blob": "BINARY"}
+        assert len(record["guid"]) == 32
+    # everything was confirmed: nothing left for a second consumer
+    again = run_cli("consume", uri, "--broker", broker.address, "--timeout", "0.5")
+    assert again.returncode == 0 and again.stdout == b""
+
+
+def test_post_stdin_lines_and_raw_output(broker):
+    uri = "bmq://bmq.test.mem.priority/cli-stdin"
+    posted = run_cli("post", uri, "--broker", broker.address, "--stdin", "--compression", "zlib",
+                     stdin=b"alpha\nbeta\n" + b"g" * 3000 + b"\n")
+    assert posted.returncode == 0, posted.stderr.decode()
+    consumed = run_cli("consume", uri, "--broker", broker.address, "--count", "3", "--output", "raw")
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    assert sorted(consumed.stdout.splitlines()) == sorted([b"alpha", b"beta", b"g" * 3000])
+
+
+def test_bench_writes_json_with_documented_keys(tmp_path):
+    out = tmp_path / "bench.json"
+    result = run_cli("bench", "--count", "2000", "--size", "64", "--json", str(out))
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(out.read_text())
+    (bmq_side,) = report["results"]
+    assert bmq_side["client"] == "bmq"
+    assert bmq_side["acked"] == 2000 and bmq_side["received"] == 2000
+    assert bmq_side["e2e_msgs_per_s"] > 0 and bmq_side["post_msgs_per_s"] > 0
+    assert set(bmq_side["latency_us"]) == {"p50", "p90", "p99", "p99.9", "max"}
+    assert bmq_side["latency_us"]["p50"] <= bmq_side["latency_us"]["p99"]
+    assert {"python", "platform", "cpus"} <= set(report["machine"])
+    assert b"e2e msg/s" in result.stdout
+
+
+def test_bad_uri_is_a_one_line_error_with_exit_code_2(broker):
+    result = run_cli("post", "bmq:/missing-slash", "--broker", broker.address)
+    assert result.returncode == 2
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0] and "Traceback" not in lines[0]
+
+
+def test_unreachable_broker_is_a_one_line_error_with_exit_code_2():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    result = run_cli("post", "bmq://bmq.test.mem.priority/x", "--broker", f"tcp://127.0.0.1:{port}", timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and str(port) in lines[0]
+    assert time.monotonic() - started < 30
+
+
+def test_bad_property_is_rejected_before_connecting():
+    result = run_cli("post", "bmq://bmq.test.mem.priority/x", "--broker", "tcp://127.0.0.1:1",
+                     "--property", "n:int32=notanumber")
+    assert result.returncode == 2
+    assert "n:int32=notanumber" in result.stderr.decode()
