@@ -26,11 +26,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from bmq._types import PropertyType
+from bmq import _codec
 
 __all__ = [
     "DATA_COLUMN",
     "PROPERTIES_COLUMN",
+    "READ_FIELDS",
     "WriteLayout",
     "read_schema",
     "check_read_schema",
@@ -42,19 +43,19 @@ PROPERTIES_COLUMN = "properties"
 
 # Spark type (by class) -> property type on the wire (FACTS §6.2). ByteType is a signed
 # 8-bit integer, exactly the range of CHAR.
-_PROPERTY_TYPES: Dict[type, PropertyType] = {
-    BooleanType: PropertyType.BOOL,
-    ByteType: PropertyType.CHAR,
-    ShortType: PropertyType.SHORT,
-    IntegerType: PropertyType.INT32,
-    LongType: PropertyType.INT64,
-    StringType: PropertyType.STRING,
-    BinaryType: PropertyType.BINARY,
+_PROPERTY_TYPES: Dict[type, int] = {
+    BooleanType: _codec.PROPERTY_BOOL,
+    ByteType: _codec.PROPERTY_CHAR,
+    ShortType: _codec.PROPERTY_SHORT,
+    IntegerType: _codec.PROPERTY_INT32,
+    LongType: _codec.PROPERTY_INT64,
+    StringType: _codec.PROPERTY_STRING,
+    BinaryType: _codec.PROPERTY_BINARY,
 }
 _SUPPORTED = "boolean, byte, short, int, bigint, string or binary"
 
 
-def _property_type(where: str, data_type: DataType) -> PropertyType:
+def _property_type(where: str, data_type: DataType) -> int:
     kind = _PROPERTY_TYPES.get(type(data_type))
     if kind is None:
         raise TypeError(f"blazingmq: {where} has type {data_type.simpleString()}; a property must be {_SUPPORTED}")
@@ -74,9 +75,9 @@ class WriteLayout:
     """
 
     data_is_string: bool
-    map_type: Optional[PropertyType]
-    struct_types: Tuple[Tuple[str, PropertyType], ...]
-    column_types: Tuple[Tuple[str, PropertyType], ...]
+    map_type: Optional[int]
+    struct_types: Tuple[Tuple[str, int], ...]
+    column_types: Tuple[Tuple[str, int], ...]
     guid_column: Optional[str]
 
     @classmethod
@@ -96,7 +97,7 @@ class WriteLayout:
         if not isinstance(data.dataType, (BinaryType, StringType)):
             raise TypeError(f"blazingmq: column '{DATA_COLUMN}' must be binary or string, not {data.dataType.simpleString()}")
         map_type = None
-        struct_types: Tuple[Tuple[str, PropertyType], ...] = ()
+        struct_types: Tuple[Tuple[str, int], ...] = ()
         props = fields.get(PROPERTIES_COLUMN)
         if props is not None:
             kind = props.dataType
@@ -139,14 +140,14 @@ class WriteLayout:
             return [value.encode() for value in values]
         return values
 
-    def properties(self, batch: Any) -> Optional[List[Optional[Dict[str, Tuple[PropertyType, Any]]]]]:
+    def properties(self, batch: Any) -> Optional[List[Optional[Dict[str, Tuple[int, Any]]]]]:
         """One ``{name: (type, value)}`` per row (None where it has none), or None for no properties.
 
         Null values are left out: BlazingMQ has no null property.
         """
         if not self.has_properties:
             return None
-        rows: List[Dict[str, Tuple[PropertyType, Any]]] = [{} for _ in range(batch.num_rows)]
+        rows: List[Dict[str, Tuple[int, Any]]] = [{} for _ in range(batch.num_rows)]
         if self.map_type is not None:
             kind = self.map_type
             for row, entries in zip(rows, batch.column(PROPERTIES_COLUMN).to_pylist()):
@@ -177,7 +178,7 @@ class WriteLayout:
         return [key.encode() if isinstance(key, str) else key for key in keys]
 
 
-def _add(row: Dict[str, Tuple[PropertyType, Any]], types: Sequence[Tuple[str, PropertyType]], get: Callable[[str], Any]) -> None:
+def _add(row: Dict[str, Tuple[int, Any]], types: Sequence[Tuple[str, int]], get: Callable[[str], Any]) -> None:
     for name, kind in types:
         value = get(name)
         if value is not None:
@@ -186,14 +187,14 @@ def _add(row: Dict[str, Tuple[PropertyType, Any]], types: Sequence[Tuple[str, Pr
 
 # ---- read side ------------------------------------------------------------------------
 
-_BASE_READ_FIELDS = (
+READ_FIELDS = (
     StructField(DATA_COLUMN, BinaryType(), False),
     StructField(PROPERTIES_COLUMN, MapType(StringType(), StringType(), False), False),
     StructField("guid", StringType(), False),
     StructField("queue", StringType(), False),
     StructField("received", TimestampType(), False),
 )
-_RESERVED = {field.name for field in _BASE_READ_FIELDS}
+_RESERVED = {field.name for field in READ_FIELDS}
 
 
 def read_schema(property_schema: str) -> str:
@@ -205,7 +206,7 @@ def read_schema(property_schema: str) -> str:
     Raises:
         ValueError: a typed column reuses a fixed column's name.
     """
-    base = ", ".join(f"{field.name} {field.dataType.simpleString()}" for field in _BASE_READ_FIELDS)
+    base = ", ".join(f"{field.name} {field.dataType.simpleString()}" for field in READ_FIELDS)
     if not property_schema.strip():
         return base
     for part in property_schema.split(","):
@@ -257,14 +258,14 @@ def check_read_schema(schema: StructType) -> None:
     Raises:
         TypeError: the schema does not start with data, properties, guid, queue, received.
     """
-    names = [field.name for field in schema.fields[: len(_BASE_READ_FIELDS)]]
-    expected = [field.name for field in _BASE_READ_FIELDS]
+    names = [field.name for field in schema.fields[: len(READ_FIELDS)]]
+    expected = [field.name for field in READ_FIELDS]
     if names != expected:
         raise TypeError(
             f"blazingmq: a read schema must start with the columns {', '.join(expected)} "
             f"(then typed property columns); got {schema.simpleString()}"
         )
-    for field in schema.fields[len(_BASE_READ_FIELDS):]:
+    for field in schema.fields[len(READ_FIELDS):]:
         _typed(field.dataType)
 
 
@@ -274,7 +275,7 @@ def message_row_factory(schema: StructType) -> Callable[[Any, datetime.datetime]
     Raises:
         TypeError: a typed property column of an unsupported type.
     """
-    extra = [(field.name, _typed(field.dataType)) for field in schema.fields[len(_BASE_READ_FIELDS):]]
+    extra = [(field.name, _typed(field.dataType)) for field in schema.fields[len(READ_FIELDS):]]
 
     def row(message: Any, received: datetime.datetime) -> Tuple[Any, ...]:
         properties = message.properties
