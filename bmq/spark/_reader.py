@@ -71,4 +71,4 @@ class BlazingMQReader(DataSourceReader):
                 session.confirm_many(taken)
             _log.info("blazingmq: read %d messages from %s (confirm=%s)", len(taken), options.queue, options.confirm)
         finally:
-            session.close()
+            session.stop()

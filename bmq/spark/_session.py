@@ -62,7 +62,7 @@ def open_consumer(options: CommonOptions, max_messages: int, max_bytes: int) -> 
         queue_options = bmq.QueueOptions(max_unconfirmed_messages=max_messages, max_unconfirmed_bytes=max_bytes)
         return session, session.open_queue(options.queue, read=True, options=queue_options)
     except BaseException:
-        session.close()
+        session.stop()
         raise
 
 

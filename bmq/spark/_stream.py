@@ -72,6 +72,14 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader):
         self._seq = 0
         self._batches: List[_Batch] = []
 
+    def __getstate__(self) -> Dict[str, Any]:
+        # Spark pickles the reader into executor tasks (for replays it cannot serve from the
+        # driver); a copy starts empty, as a reader of its own run.
+        return {"options": self._options, "schema": self._schema}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(state["options"], state["schema"])  # type: ignore[misc]
+
     def initialOffset(self) -> Offset:
         """The offset before the first message of a new query."""
         return self._offset(0)
@@ -149,7 +157,7 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader):
             connection, self._connection = self._connection, None
             self._batches = []
         if connection is not None:
-            connection[0].close()
+            connection[0].stop()
 
     def _offset(self, seq: int) -> Offset:
         return {"run": self._run, "seq": seq}

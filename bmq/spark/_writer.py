@@ -13,13 +13,14 @@ import dataclasses
 import logging
 import uuid
 from concurrent.futures import Future
-from typing import Any, Deque, Iterator, List, Optional
+from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 import bmq
+from bmq import _codec
 from bmq._codec import deterministic_guid
 
 from . import _session
@@ -56,6 +57,32 @@ def _guids(prefix: bytes, first: int, count: int) -> bytes:
     return b"".join(deterministic_guid(prefix + index.to_bytes(8, "big")) for index in range(first, first + count))
 
 
+# Property types the client infers right from the Python value (bool, an int that fits 32 bits,
+# str, bytes); the others must be named in ``property_types``.
+_INFERRED = frozenset((_codec.PROPERTY_BOOL, _codec.PROPERTY_INT32, _codec.PROPERTY_STRING, _codec.PROPERTY_BINARY))
+
+
+def _by_type_overrides(
+    properties: List[Optional[Dict[str, Tuple[int, Any]]]]
+) -> List[Tuple[List[int], List[Optional[Dict[str, Any]]], Optional[Dict[str, "bmq.PropertyType"]]]]:
+    """Rows grouped by the type overrides they need: ``(row indexes, values, property_types)``.
+
+    ``post_many``'s ``property_types`` applies to every message of a call and must name only
+    properties each message has, so rows lacking a SHORT/CHAR/INT64 property (a null) go into
+    another call. Usually every row has the same properties: one group.
+    """
+    groups: Dict[Tuple[str, ...], Tuple[List[int], List[Optional[Dict[str, Any]]], Optional[Dict[str, "bmq.PropertyType"]]]] = {}
+    for row, typed in enumerate(properties):
+        overridden = tuple(name for name, (kind, _) in typed.items() if kind not in _INFERRED) if typed else ()
+        group = groups.get(overridden)
+        if group is None:
+            types = {name: bmq.PropertyType(typed[name][0]) for name in overridden} if overridden else None
+            group = groups[overridden] = ([], [], types)
+        group[0].append(row)
+        group[1].append({name: value for name, (_, value) in typed.items()} if typed else None)
+    return list(groups.values())
+
+
 class _PartitionPoster:
     """Posts one task's Arrow batches and collects their ACK futures.
 
@@ -87,9 +114,19 @@ class _PartitionPoster:
             guids = _guids(self._position_prefix, self.posted, count)
         else:
             guids = b"".join(deterministic_guid(self._key_prefix + key) for key in keys)
-        futures = self._queue.post_many_async(
-            self._layout.payloads(batch), properties=self._layout.properties(batch), guids=guids
-        )
+        payloads = self._layout.payloads(batch)
+        properties = self._layout.properties(batch)
+        futures: List[Future] = []
+        if properties is None:
+            futures = self._queue.post_many_async(payloads, guids=guids)
+        else:
+            for rows, values, types in _by_type_overrides(properties):
+                futures += self._queue.post_many_async(
+                    [payloads[row] for row in rows],
+                    values,
+                    property_types=types,
+                    guids=b"".join(guids[16 * row : 16 * row + 16] for row in rows),
+                )
         self.posted += count
         self._in_flight.append(futures)
         if len(self._in_flight) > _MAX_BATCHES_IN_FLIGHT:

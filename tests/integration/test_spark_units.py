@@ -67,7 +67,7 @@ class FakeConsumer:
     def confirm_many(self, messages: List[FakeMessage]) -> None:
         self.confirmed.extend(messages)
 
-    def close(self) -> None:
+    def stop(self) -> None:
         self.closed = True
 
 
@@ -184,7 +184,9 @@ class FakeProducerQueue:
         self.posts: List[tuple] = []
         self.nack = nack
 
-    def post_many_async(self, payloads: List[bytes], properties: Any = None, guids: bytes = b"") -> List[Future]:
+    def post_many_async(
+        self, payloads: List[bytes], properties: Any = None, *, property_types: Any = None, guids: bytes = b""
+    ) -> List[Future]:
         self.posts.append((payloads, properties, guids))
         futures = []
         for index in range(len(payloads)):
@@ -223,6 +225,17 @@ def test_guid_column_keys_guids_independently_of_position() -> None:
     forward = _post(["a", "b", "c"], b"w", 0, FakeProducerQueue(), guid_column="key")
     backward = _post(["c", "b", "a"], b"w", 7, FakeProducerQueue(), guid_column="key")
     assert [forward[i : i + 16] for i in (0, 16, 32)] == [backward[i : i + 16] for i in (32, 16, 0)]
+
+
+def test_rows_are_grouped_by_the_type_overrides_they_need() -> None:
+    long, text = _codec.PROPERTY_INT64, _codec.PROPERTY_STRING
+    groups = _writer._by_type_overrides(
+        [{"n": (long, 1), "s": (text, "a")}, {"s": (text, "b")}, None, {"n": (long, 2)}]
+    )
+    assert groups == [
+        ([0, 3], [{"n": 1, "s": "a"}, {"n": 2}], {"n": bmq.PropertyType.INT64}),
+        ([1, 2], [{"s": "b"}, None], None),
+    ]
 
 
 def test_nacks_fail_the_task_with_their_statuses() -> None:
@@ -302,6 +315,17 @@ def test_stream_reader_ignores_offsets_of_an_earlier_run(consumer: FakeConsumer)
     # ... and reading continues from the earlier run's end offset.
     rows, end = restarted.read(old_end)
     assert len(list(rows)) == 10 and end["run"] != old_end["run"]
+
+
+def test_a_pickled_stream_reader_is_a_fresh_reader(consumer: FakeConsumer) -> None:
+    import pickle
+
+    reader = stream_reader()
+    start = reader.initialOffset()
+    _, end = reader.read(start)
+    copy = pickle.loads(pickle.dumps(reader))
+    assert list(copy.readBetweenOffsets(start, end)) == []
+    assert copy.initialOffset()["run"] != start["run"]
 
 
 def test_stream_reader_refuses_to_skip_an_uncommitted_batch(consumer: FakeConsumer) -> None:
