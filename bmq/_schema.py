@@ -191,13 +191,13 @@ _INT_RANGES = {
     "long": (-(1 << 63), (1 << 63) - 1),
     "unsignedLong": (0, (1 << 64) - 1),
 }
-_PRIMITIVES = set(_INT_RANGES) | {"boolean", "string", "base64Binary"}
+_PYTHON_TYPES: Dict[str, Any] = {"boolean": bool, "string": str, "base64Binary": (bytes, bytearray, memoryview)}
 
 
 class _Field:
     """One compiled sequence element."""
 
-    __slots__ = ("name", "tag", "type", "array", "default", "optional", "required")
+    __slots__ = ("name", "tag", "type", "array", "default", "optional")
 
     def __init__(self, name: Optional[str], tag: int, type_name: str, default: Any):
         self.name = name
@@ -205,8 +205,7 @@ class _Field:
         self.array = type_name.endswith("[]")
         self.type = type_name[:-2] if self.array else type_name
         self.optional = default is _OPTIONAL
-        self.required = default is _REQUIRED
-        self.default = None if (self.optional or self.required) else default
+        self.default = None if (self.optional or default is _REQUIRED) else default
 
 
 def _compile() -> Tuple[Dict[str, List[_Field]], Dict[str, Dict[str, Tuple[int, str]]], Dict[str, Dict[int, str]]]:
@@ -214,10 +213,6 @@ def _compile() -> Tuple[Dict[str, List[_Field]], Dict[str, Dict[str, Tuple[int, 
         name: [_Field(n, tag, t, d) for tag, (n, t, d) in enumerate(elements)]
         for name, elements in _SEQUENCES.items()
     }
-    known = set(fields) | set(_CHOICES) | set(_ENUMS) | _PRIMITIVES
-    for seq in fields.values():
-        for f in seq:
-            assert f.type in known, f.type
     by_name = {c: {n: (sel, t) for sel, (n, t) in sels.items()} for c, sels in _CHOICES.items()}
     enum_names = {e: {v: n for n, v in values.items()} for e, values in _ENUMS.items()}
     return fields, by_name, enum_names
@@ -265,6 +260,18 @@ def _check_int(value: Any, type_name: str, where: str) -> int:
     low, high = _INT_RANGES[type_name]
     if not low <= value <= high:
         raise ValueError(f"{where}: {value} out of range for {type_name}")
+    return value
+
+
+def _check_scalar(value: Any, type_name: str, where: str) -> Any:
+    """Validate a non-sequence value for encoding; returns it unchanged."""
+    if type_name in _INT_RANGES:
+        return _check_int(value, type_name, where)
+    if type_name in _ENUMS:
+        if not isinstance(value, str) or value not in _ENUMS[type_name]:
+            raise ValueError(f"{where}: {value!r} is not a {type_name}")
+    elif not isinstance(value, _PYTHON_TYPES[type_name]) or (type_name == "boolean") != isinstance(value, bool):
+        raise TypeError(f"{where}: {type_name} must be {_PYTHON_TYPES[type_name]}, not {type(value).__name__}")
     return value
 
 
@@ -320,8 +327,8 @@ def _zero(f: _Field) -> Any:
         return f.default
     if f.type in _FIELDS:
         return _fill_sequence({}, f.type)
-    if f.type in _ENUMS:
-        return _ENUM_BY_VALUE[f.type].get(0, next(iter(_ENUMS[f.type])))
+    if f.type in _ENUMS:  # a default-constructed C++ enum holds 0; every enum here has one
+        return _ENUM_BY_VALUE[f.type][0]
     return {"boolean": False, "string": "", "base64Binary": b""}.get(f.type, 0)
 
 
@@ -371,10 +378,9 @@ def encode_body(message: Mapping, encoding: int, kind: str) -> bytes:
         except UnicodeEncodeError as e:
             raise ValueError(f"string is not valid Unicode: {e}") from e
     if encoding == ENCODING_BER:
-        buf = bytearray(b"\x30\x80")
-        _ber_sequence_content(buf, message, top)
-        buf += b"\0\0"
-        return bytes(buf)
+        from ._ber import encode
+
+        return encode(message, top)
     raise ValueError(f"unknown encoding {encoding!r}")
 
 
@@ -398,10 +404,16 @@ def decode_body(body: Union[bytes, bytearray, memoryview], encoding: int, kind: 
     top = _check_kind(kind)
     data = bytes(body)
     if encoding == ENCODING_JSON:
-        return _json_decode(data, top)
-    if encoding == ENCODING_BER:
-        return _BerDecoder(data).decode_top(top)
-    raise ProtocolError(f"unknown control message encoding {encoding!r}")
+        message = _json_decode(data, top)
+    elif encoding == ENCODING_BER:
+        from ._ber import decode
+
+        message = decode(data, top)
+    else:
+        raise ProtocolError(f"unknown control message encoding {encoding!r}")
+    if _log.isEnabledFor(logging.DEBUG):
+        _log.debug("decoded %s message (encoding %d): %r", kind, encoding, message)
+    return message
 
 
 def encode_event(message: Mapping, encoding: int, kind: str) -> bytes:
@@ -420,8 +432,12 @@ def encode_event(message: Mapping, encoding: int, kind: str) -> bytes:
     """
     from . import _codec
 
-    event_type = _codec.EVENT_AUTHENTICATION if kind == KIND_AUTHENTICATION else _codec.EVENT_CONTROL
-    return _codec.encode_control_event(encode_body(message, encoding, kind), encoding, event_type)
+    body = encode_body(message, encoding, kind)
+    return _codec.encode_control_event(body, encoding, _event_type(_codec, kind))
+
+
+def _event_type(codec: Any, kind: str) -> int:
+    return codec.EVENT_AUTHENTICATION if kind == KIND_AUTHENTICATION else codec.EVENT_CONTROL
 
 
 def decode_event(event: Union[bytes, bytearray, memoryview], kind: str) -> Tuple[dict, int]:
@@ -435,11 +451,15 @@ def decode_event(event: Union[bytes, bytearray, memoryview], kind: str) -> Tuple
         ``(message, encoding)``.
 
     Raises:
-        ProtocolError: a malformed event or body.
+        ProtocolError: a malformed event or body, or an event type that does not carry
+            ``kind`` (AUTHENTICATION for KIND_AUTHENTICATION, else CONTROL).
     """
     from . import _codec
 
     encoding, body = _codec.decode_control_event(event)
+    event_type = event[4] & 0x3F
+    if event_type != _event_type(_codec, kind):
+        raise ProtocolError(f"a {kind} message cannot travel in an event of type {event_type}", event_type)
     return decode_body(body, encoding, kind), encoding
 
 
@@ -549,24 +569,18 @@ def _json_sequence(out: List[str], msg: Mapping, seq: str) -> None:
 def _json_value(out: List[str], value: Any, type_name: str, where: str) -> None:
     if type_name in _FIELDS:
         _json_sequence(out, value, type_name)
-    elif type_name in _INT_RANGES:
-        out.append(str(_check_int(value, type_name, where)))
-    elif type_name in _ENUMS:
-        if value not in _ENUMS[type_name]:
-            raise ValueError(f"{where}: {value!r} is not a {type_name}")
-        out.append(f'"{value}"')
-    elif type_name == "boolean":
-        if not isinstance(value, bool):
-            raise TypeError(f"{where}: boolean must be a bool")
+        return
+    value = _check_scalar(value, type_name, where)
+    if type_name == "boolean":
         out.append("true" if value else "false")
     elif type_name == "string":
-        if not isinstance(value, str):
-            raise TypeError(f"{where}: string must be a str")
         out.append(_json_string(value))
-    else:  # base64Binary
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise TypeError(f"{where}: base64Binary must be bytes")
+    elif type_name == "base64Binary":
         out.append('"' + base64.b64encode(bytes(value)).decode("ascii") + '"')
+    elif type_name in _ENUMS:
+        out.append(f'"{value}"')
+    else:
+        out.append(str(value))
 
 
 def _reject_constant(name: str) -> Any:
@@ -631,287 +645,3 @@ def _json_value_from(value: Any, type_name: str, where: str) -> Any:
         return base64.b64decode(value.encode("ascii"), validate=True)
     except (ValueError, binascii.Error) as e:
         raise ProtocolError(f"{where}: invalid base64: {e}") from None
-
-
-# ---------------------------------------------------------------------------------------
-# BER (as balber writes it, §8.6)
-# ---------------------------------------------------------------------------------------
-_CONTEXT = 2  # tag class of every element below the top level
-_UNIVERSAL_SEQUENCE = 0x30
-_CONSTRUCTED = 0x20
-_MAX_DEPTH = 32  # far deeper than the schema; bounds skipping of unknown nested elements
-_MAX_LENGTH_OCTETS = 4
-
-
-def _ber_length(n: int) -> bytes:
-    if n < 0x80:
-        return bytes((n,))
-    octets = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes((0x80 | len(octets),)) + octets
-
-
-def _ber_int(value: int) -> bytes:
-    # minimal two's complement; a non-negative value whose top bit would be set gets 00
-    magnitude = value if value >= 0 else ~value
-    return value.to_bytes(magnitude.bit_length() // 8 + 1, "big", signed=True)
-
-
-def _ber_primitive(buf: bytearray, tag: int, value: Any, type_name: str, where: str) -> None:
-    if type_name in _INT_RANGES:
-        content = _ber_int(_check_int(value, type_name, where))
-    elif type_name in _ENUMS:
-        if value not in _ENUMS[type_name]:
-            raise ValueError(f"{where}: {value!r} is not a {type_name}")
-        content = _ber_int(_ENUMS[type_name][value])
-    elif type_name == "boolean":
-        if not isinstance(value, bool):
-            raise TypeError(f"{where}: boolean must be a bool")
-        content = b"\x01" if value else b"\x00"
-    elif type_name == "string":
-        if not isinstance(value, str):
-            raise TypeError(f"{where}: string must be a str")
-        content = value.encode("utf-8", "surrogateescape")
-    else:  # base64Binary
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise TypeError(f"{where}: base64Binary must be bytes")
-        content = bytes(value)
-    buf.append(0x80 | tag)
-    buf += _ber_length(len(content))
-    buf += content
-
-
-def _ber_sequence_content(buf: bytearray, msg: Mapping, seq: str) -> None:
-    _check_keys(msg, seq)
-    for f in _FIELDS[seq]:
-        if f.name is None:
-            name, value = _selection_of(msg, f.type)
-            sel, type_name = _CHOICE_BY_NAME[f.type][name]
-            buf += bytes((0xA0 | f.tag, 0x80))
-            _ber_element(buf, sel, value, type_name, name)
-            buf += b"\0\0"
-            continue
-        value = msg.get(f.name)
-        if value is None:
-            continue
-        if f.array:
-            if isinstance(value, (str, bytes, Mapping)):
-                raise TypeError(f"{f.name} must be a sequence")
-            buf += bytes((0xA0 | f.tag, 0x80))
-            for item in value:  # every array here holds sequences: universal SEQUENCE each
-                buf += b"\x30\x80"
-                _ber_sequence_content(buf, item, f.type)
-                buf += b"\0\0"
-            buf += b"\0\0"
-        else:
-            _ber_element(buf, f.tag, value, f.type, f.name)
-
-
-def _ber_element(buf: bytearray, tag: int, value: Any, type_name: str, where: str) -> None:
-    if type_name in _FIELDS:
-        buf += bytes((0xA0 | tag, 0x80))
-        _ber_sequence_content(buf, value, type_name)
-        buf += b"\0\0"
-    else:
-        _ber_primitive(buf, tag, value, type_name, where)
-
-
-class _BerDecoder:
-    """Schema-driven BER reader over one body. Positions are absolute offsets in ``data``."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes):
-        self.data = data
-
-    def _fail(self, message: str, offset: int) -> ProtocolError:
-        return ProtocolError(f"BER control message: {message}", offset=offset)
-
-    def header(self, pos: int, end: int) -> Tuple[int, bool, int, int, Optional[int]]:
-        """``(class, constructed, tag, content_start, content_end or None if indefinite)``."""
-        data = self.data
-        if pos >= end:
-            raise self._fail("truncated element", pos)
-        ident = data[pos]
-        pos += 1
-        cls, constructed, tag = ident >> 6, bool(ident & _CONSTRUCTED), ident & 0x1F
-        if tag == 0x1F:  # high tag number form: never used by this schema, but skippable
-            tag = 0
-            for _ in range(5):
-                if pos >= end:
-                    raise self._fail("truncated tag", pos)
-                octet = data[pos]
-                pos += 1
-                tag = (tag << 7) | (octet & 0x7F)
-                if not octet & 0x80:
-                    break
-            else:
-                raise self._fail("tag number too long", pos)
-        if pos >= end:
-            raise self._fail("truncated length", pos)
-        first = data[pos]
-        pos += 1
-        if first == 0x80:
-            if not constructed:
-                raise self._fail("indefinite length on a primitive element", pos - 1)
-            return cls, constructed, tag, pos, None
-        if first < 0x80:
-            length = first
-        else:
-            count = first & 0x7F
-            if count > _MAX_LENGTH_OCTETS or pos + count > end:
-                raise self._fail("bad long-form length", pos - 1)
-            length = int.from_bytes(data[pos:pos + count], "big")
-            pos += count
-        if length > end - pos:
-            raise self._fail(f"length {length} runs past the end", pos)
-        return cls, constructed, tag, pos, pos + length
-
-    def at_end_of_contents(self, pos: int, end: int) -> bool:
-        if pos + 1 < end and self.data[pos] == 0 and self.data[pos + 1] == 0:
-            return True
-        return False
-
-    def children(self, start: int, stop: Optional[int], end: int):
-        """Yield ``(class, constructed, tag, content_start, content_stop, next)`` for each child
-        of a constructed element; the generator's return value is the position after it."""
-        pos = start
-        limit = end if stop is None else stop
-        while True:
-            if stop is None:
-                if self.at_end_of_contents(pos, end):
-                    return pos + 2
-                if pos >= end:
-                    raise self._fail("missing end-of-contents", pos)
-            elif pos >= stop:
-                return stop
-            cls, constructed, tag, cstart, cstop = self.header(pos, limit)
-            if cls == 0 and tag == 0 and not constructed:
-                raise self._fail("unexpected end-of-contents", pos)
-            yield cls, constructed, tag, cstart, cstop
-
-            pos = self.skip_to_end(cstart, cstop, limit)
-
-    def skip_to_end(self, cstart: int, cstop: Optional[int], end: int) -> int:
-        """Position after an element whose content starts at ``cstart`` (iterative, bounded)."""
-        if cstop is not None:
-            return cstop
-        depth = 1
-        pos = cstart
-        while depth:
-            if self.at_end_of_contents(pos, end):
-                pos += 2
-                depth -= 1
-                continue
-            _, constructed, _, start, stop = self.header(pos, end)
-            if stop is None:
-                depth += 1
-                if depth > _MAX_DEPTH:
-                    raise self._fail("elements nested too deeply", pos)
-                pos = start
-            else:
-                pos = stop
-        return pos
-
-    def decode_top(self, top: str) -> dict:
-        end = len(self.data)
-        cls, constructed, tag, start, stop = self.header(0, end)
-        if (cls, constructed, tag) != (0, True, 0x10):
-            raise self._fail("top level is not a SEQUENCE", 0)
-        value, after = self.sequence(start, stop, end, top, 1)
-        if after != end:
-            raise self._fail(f"{end - after} trailing bytes", after)
-        return value
-
-    def sequence(self, start: int, stop: Optional[int], end: int, seq: str, depth: int) -> Tuple[dict, int]:
-        if depth > _MAX_DEPTH:
-            raise self._fail("elements nested too deeply", start)
-        by_tag = {f.tag: f for f in _FIELDS[seq]}
-        found: Dict[int, Any] = {}
-        it = self.children(start, stop, end)
-        limit = end if stop is None else stop
-        while True:
-            try:
-                cls, constructed, tag, cstart, cstop = next(it)
-            except StopIteration as done:
-                after = done.value
-                break
-            f = by_tag.get(tag) if cls == _CONTEXT else None
-            if f is None:
-                continue  # unknown element: skipped like balber's default options
-            if f.name is None:
-                found[f.tag] = self.choice(cstart, cstop, limit, f.type, constructed, depth + 1)
-            elif f.array:
-                found[f.tag] = self.array(cstart, cstop, limit, f, constructed, depth + 1)
-            else:
-                found[f.tag] = self.value(cstart, cstop, limit, f.type, constructed, depth + 1, f.name)
-        out: dict = {}
-        for f in _FIELDS[seq]:
-            if f.tag not in found:
-                if f.name is None:
-                    raise self._fail(f"{seq}: no {f.type} selection", start)
-                continue
-            if f.name is None:
-                out.update(found[f.tag])
-            else:
-                out[f.name] = found[f.tag]
-        return out, after
-
-    def choice(self, start: int, stop: Optional[int], end: int, choice: str, constructed: bool, depth: int) -> dict:
-        if not constructed:
-            raise self._fail(f"{choice} is not constructed", start)
-        sels = _CHOICES[choice]
-        result: Optional[dict] = None
-        limit = end if stop is None else stop
-        for cls, sub_constructed, tag, cstart, cstop in self.children(start, stop, end):
-            if cls != _CONTEXT:
-                continue
-            if tag not in sels:
-                raise self._fail(f"unsupported {choice} selection {tag}", cstart)
-            if result is not None:
-                raise self._fail(f"more than one {choice} selection", cstart)
-            name, type_name = sels[tag]
-            result = {name: self.value(cstart, cstop, limit, type_name, sub_constructed, depth + 1, name)}
-        if result is None:
-            raise self._fail(f"empty {choice}", start)
-        return result
-
-    def array(self, start: int, stop: Optional[int], end: int, f: _Field, constructed: bool, depth: int) -> list:
-        if not constructed:
-            raise self._fail(f"array {f.name} is not constructed", start)
-        limit = end if stop is None else stop
-        items = []
-        for cls, sub_constructed, tag, cstart, cstop in self.children(start, stop, end):
-            if (cls, tag) != (0, 0x10):
-                raise self._fail(f"array {f.name}: element is not a SEQUENCE", cstart)
-            items.append(self.value(cstart, cstop, limit, f.type, sub_constructed, depth + 1, f.name))
-        return items
-
-    def value(self, start: int, stop: Optional[int], end: int, type_name: str, constructed: bool,
-              depth: int, where: str) -> Any:
-        if type_name in _FIELDS:
-            if not constructed:
-                raise self._fail(f"{where} is not constructed", start)
-            return self.sequence(start, stop, end, type_name, depth)[0]
-        if constructed or stop is None:
-            raise self._fail(f"{where} must be primitive", start)
-        content = self.data[start:stop]
-        if type_name == "string":
-            return content.decode("utf-8", "surrogateescape")
-        if type_name == "base64Binary":
-            return content
-        if type_name == "boolean":
-            if len(content) != 1:
-                raise self._fail(f"{where}: boolean of {len(content)} octets", start)
-            return content != b"\x00"
-        if not 1 <= len(content) <= 9:
-            raise self._fail(f"{where}: integer of {len(content)} octets", start)
-        number = int.from_bytes(content, "big", signed=True)
-        if type_name in _ENUMS:
-            name = _ENUM_BY_VALUE[type_name].get(number)
-            if name is None:
-                raise self._fail(f"{where}: {number} is not a {type_name}", start)
-            return name
-        low, high = _INT_RANGES[type_name]
-        if not low <= number <= high:
-            raise self._fail(f"{where}: {number} out of range for {type_name}", start)
-        return number

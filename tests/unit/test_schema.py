@@ -77,6 +77,15 @@ def test_vector_decodes_and_reencodes(vectors_dir, name, kind, encoding, expecte
     assert schema.message_kind_of(message) == [k for k in expected if k != "rId"][0]
 
 
+def test_schema_table_is_closed():
+    known = set(schema._FIELDS) | set(schema._CHOICES) | set(schema._ENUMS) | set(schema._INT_RANGES)
+    known |= set(schema._PYTHON_TYPES)
+    types = [f.type for fields in schema._FIELDS.values() for f in fields]
+    types += [t for sels in schema._CHOICES.values() for _, t in sels.values()]
+    assert set(types) <= known
+    assert all(0 in values.values() for values in schema._ENUMS.values())  # with_defaults relies on it
+
+
 def test_ber_status_bytes_from_facts():
     body = bytes.fromhex("3080a180a080800100") + b"\x81\x01\x7b\x82\x04Test" + bytes(6)
     assert schema.encode_body(STATUS, BER, CONTROL) == body
@@ -333,3 +342,12 @@ def test_event_round_trip_through_codec():
             assert event[4] == 0x40 | expected_type
             assert event[6] == encoding << 5
             assert schema.decode_event(event, kind) == (msg, encoding)
+
+
+def test_decode_event_checks_the_event_type():
+    pytest.importorskip("bmq._codec")
+    control = schema.encode_event({"authenticationRequest": {"mechanism": "Basic"}}, JSON, AUTH)
+    with pytest.raises(ProtocolError):
+        schema.decode_event(control, CONTROL)
+    with pytest.raises(ProtocolError):
+        schema.decode_event(schema.encode_event(dict(rId=7, **STATUS), BER, CONTROL), AUTH)
