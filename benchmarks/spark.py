@@ -1,6 +1,8 @@
 """Rows/s of a Spark write to BlazingMQ, beside the single-process ``post_many`` rate.
 
-Both are measured in the same run against the same embedded broker (or ``--broker``):
+Both are measured in the same run against the same broker: ``--broker``, or else the embedded
+broker started as its own process (``python -m bmq.broker``) so that it does not share the
+benchmark's interpreter lock with the ``post_many`` client:
 
 * ``post_many``: one process, one session, ``Queue.post_many`` in chunks, every ACK awaited;
 * ``spark``: ``df.write.format("blazingmq")`` of the same rows from ``local[2]`` (2 executor
@@ -12,16 +14,20 @@ Usage: ``python benchmarks/spark.py [--rows N] [--payload BYTES] [--json FILE]``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import re
+import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout: this bmq, with its built extension
 
 
 def _queue(name: str) -> str:
@@ -66,6 +72,24 @@ def spark_rate(broker: str, rows: int, payload: int) -> float:
         spark.stop()
 
 
+@contextlib.contextmanager
+def embedded_broker() -> Iterator[str]:
+    """The address of an embedded broker running in a child process, stopped on exit."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "bmq.broker", "--port", "0"], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        line = child.stdout.readline() if child.stdout else ""
+        match = re.search(r"tcp://\S+", line)
+        if match is None:
+            raise RuntimeError(f"the embedded broker did not start: {line!r}")
+        yield match.group(0)
+    finally:
+        child.terminate()
+        child.wait(timeout=10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -74,24 +98,18 @@ def main() -> None:
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     args = parser.parse_args()
 
-    from bmq.broker import Broker
-
-    embedded = None if args.broker else Broker().start()
-    broker = args.broker or embedded.address
-    try:
+    with contextlib.ExitStack() as stack:
+        broker = args.broker or stack.enter_context(embedded_broker())
         results: Dict[str, Any] = {
             "rows": args.rows,
             "payload_bytes": args.payload,
             "post_many_rows_per_s": round(post_many_rate(broker, args.rows, args.payload)),
             "spark_rows_per_s": round(spark_rate(broker, args.rows, args.payload)),
             "spark_executors": 2,
-            "broker": "embedded" if embedded else broker,
+            "broker": args.broker or "embedded (own process)",
             "cpu_count": os.cpu_count(),
             "python": platform.python_version(),
         }
-    finally:
-        if embedded is not None:
-            embedded.stop()
     width = max(len(key) for key in results)
     for key, value in results.items():
         print(f"{key:<{width}}  {value}")

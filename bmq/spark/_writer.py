@@ -62,16 +62,18 @@ def _guids(prefix: bytes, first: int, count: int) -> bytes:
 _INFERRED = frozenset((_codec.PROPERTY_BOOL, _codec.PROPERTY_INT32, _codec.PROPERTY_STRING, _codec.PROPERTY_BINARY))
 
 
-def _by_type_overrides(
-    properties: List[Optional[Dict[str, Tuple[int, Any]]]]
-) -> List[Tuple[List[int], List[Optional[Dict[str, Any]]], Optional[Dict[str, "bmq.PropertyType"]]]]:
+# (row indexes, their property values, the property_types of their post_many call)
+_Group = Tuple[List[int], List[Optional[Dict[str, Any]]], Optional[Dict[str, "bmq.PropertyType"]]]
+
+
+def _by_type_overrides(properties: List[Optional[Dict[str, Tuple[int, Any]]]]) -> List[_Group]:
     """Rows grouped by the type overrides they need: ``(row indexes, values, property_types)``.
 
     ``post_many``'s ``property_types`` applies to every message of a call and must name only
     properties each message has, so rows lacking a SHORT/CHAR/INT64 property (a null) go into
     another call. Usually every row has the same properties: one group.
     """
-    groups: Dict[Tuple[str, ...], Tuple[List[int], List[Optional[Dict[str, Any]]], Optional[Dict[str, "bmq.PropertyType"]]]] = {}
+    groups: Dict[Tuple[str, ...], _Group] = {}
     for row, typed in enumerate(properties):
         overridden = tuple(name for name, (kind, _) in typed.items() if kind not in _INFERRED) if typed else ()
         group = groups.get(overridden)
