@@ -1,0 +1,208 @@
+"""Option value classes: SessionOptions, QueueOptions, ReconnectPolicy (keyword-only, frozen)."""
+from __future__ import annotations
+
+import dataclasses
+import random
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
+
+from ._types import CompressionAlgorithmType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._health import HostHealthMonitor
+    from .events import SessionEvent
+
+__all__ = ["SessionOptions", "QueueOptions", "ReconnectPolicy"]
+
+# kw_only needs 3.10; on 3.9 the classes stay frozen and callers are still told to use keywords.
+_value_class = dataclasses.dataclass(frozen=True, **({"kw_only": True} if sys.version_info >= (3, 10) else {}))
+
+_MIB = 1024 * 1024
+_PRIORITY_MIN = -1_073_741_824
+_PRIORITY_MAX = 1_073_741_823
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _positive(name: str, value: Any) -> None:
+    _require(isinstance(value, (int, float)) and value > 0, f"{name} must be a positive number, not {value!r}")
+
+
+@_value_class
+class ReconnectPolicy:
+    """How a session reconnects after losing its connection.
+
+    The n-th attempt (from 0) waits ``min(max_delay, initial_delay * multiplier**n)``, scaled
+    by a random factor in ``[1 - jitter, 1 + jitter]`` so that many clients do not reconnect
+    in lock-step.
+
+    Attributes:
+        enabled: reconnect at all; when False a lost connection stops the session.
+        initial_delay: seconds before the first attempt.
+        max_delay: cap of the delay, seconds.
+        multiplier: growth factor between attempts.
+        jitter: relative random spread, 0 to 1.
+        max_attempts: give up (and stop the session) after this many failed attempts; None = never.
+
+    Thread-safety: immutable.
+    """
+
+    enabled: bool = True
+    initial_delay: float = 0.05
+    max_delay: float = 5.0
+    multiplier: float = 2.0
+    jitter: float = 0.2
+    max_attempts: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        _require(self.initial_delay >= 0, "initial_delay must be >= 0")
+        _positive("max_delay", self.max_delay)
+        _require(self.multiplier >= 1, "multiplier must be >= 1")
+        _require(0 <= self.jitter <= 1, "jitter must be within [0, 1]")
+        _require(self.max_attempts is None or self.max_attempts > 0, "max_attempts must be > 0 or None")
+
+    def delay(self, attempt: int, rng: Optional[random.Random] = None) -> float:
+        """Seconds to wait before attempt number ``attempt`` (0-based).
+
+        Args:
+            attempt: how many attempts already failed.
+            rng: random source (for reproducible tests); the module's by default.
+
+        Returns:
+            The jittered delay.
+        """
+        base = min(self.max_delay, self.initial_delay * self.multiplier ** min(attempt, 64))
+        spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter)
+        return base * spread
+
+
+@_value_class
+class QueueOptions:
+    """How a reader queue consumes; unused for write-only queues except host-health suspension.
+
+    Attributes:
+        max_unconfirmed_messages: messages delivered but not yet confirmed, at most.
+        max_unconfirmed_bytes: bytes delivered but not yet confirmed, at most.
+        consumer_priority: higher priorities get messages first; within
+            [-1073741824, 1073741823].
+        suspends_on_bad_host_health: suspend this queue while the session's host health
+            monitor says unhealthy.
+        subscriptions: expression texts (BlazingMQ subscription language, e.g. ``"n > 5"``);
+            each becomes one subscription. Empty = receive everything.
+
+    Thread-safety: immutable.
+    """
+
+    max_unconfirmed_messages: int = 1000
+    max_unconfirmed_bytes: int = 32 * _MIB
+    consumer_priority: int = 0
+    suspends_on_bad_host_health: bool = False
+    subscriptions: Tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _require(
+            isinstance(self.max_unconfirmed_messages, int) and self.max_unconfirmed_messages >= 0,
+            "max_unconfirmed_messages must be an int >= 0",
+        )
+        _require(
+            isinstance(self.max_unconfirmed_bytes, int) and self.max_unconfirmed_bytes >= 0,
+            "max_unconfirmed_bytes must be an int >= 0",
+        )
+        _require(
+            isinstance(self.consumer_priority, int) and _PRIORITY_MIN <= self.consumer_priority <= _PRIORITY_MAX,
+            f"consumer_priority must be an int within [{_PRIORITY_MIN}, {_PRIORITY_MAX}]",
+        )
+        if isinstance(self.subscriptions, str):
+            raise TypeError("subscriptions must be a sequence of expression strings, not one string")
+        object.__setattr__(self, "subscriptions", tuple(self.subscriptions))
+        for text in self.subscriptions:
+            _require(isinstance(text, str) and bool(text.strip()), f"bad subscription expression {text!r}")
+
+
+def _compression(value: Union[CompressionAlgorithmType, str, None]) -> CompressionAlgorithmType:
+    """Normalise a compression argument (``None``, ``"zlib"``, ``"none"`` or the enum)."""
+    if value is None:
+        return CompressionAlgorithmType.NONE
+    if isinstance(value, CompressionAlgorithmType):
+        return value
+    if isinstance(value, str):
+        try:
+            return CompressionAlgorithmType[value.upper()]
+        except KeyError:
+            pass
+    raise ValueError(f"unknown compression {value!r}: use 'zlib', 'none' or CompressionAlgorithmType")
+
+
+@_value_class
+class SessionOptions:
+    """Everything configurable about a :class:`bmq.Session`.
+
+    Attributes:
+        connect_timeout: seconds for TCP connect plus negotiation.
+        disconnect_timeout: seconds to wait for the broker's DisconnectResponse on stop.
+        open_queue_timeout: seconds for OpenQueue (+ ConfigureStream for readers).
+        configure_queue_timeout: seconds for a configure.
+        close_queue_timeout: seconds for a close (deconfigure + CloseQueue).
+        ack_timeout: seconds after which a PUT without ACK resolves as ``AckStatus.TIMEOUT``.
+        channel_write_timeout: seconds a poster waits while the connection is above its high
+            watermark before :class:`bmq.BandwidthLimitError`.
+        channel_high_watermark: bytes queued for the socket above which posters wait.
+        max_pending_bytes: payload bytes kept for retransmission (unacknowledged or buffered
+            while disconnected) above which posters wait, then get BandwidthLimitError.
+        compression: default compression of posts (``"zlib"``/``"none"`` or the enum).
+        user_agent: sent to the broker in the negotiation.
+        on_event: callback for :mod:`bmq.events` objects, run on the dispatcher thread.
+        reconnect: the :class:`ReconnectPolicy`.
+        host_health_monitor: a :class:`bmq.HostHealthMonitor`, or None.
+        event_queue_high_watermark: callbacks queued for the dispatcher above which a
+            SlowConsumerHighWaterMark event is emitted.
+        event_queue_low_watermark: ... back at or below which SlowConsumerNormal is emitted.
+        outbox_dir: directory of a durable outbox (see :mod:`bmq` docs), or None.
+        outbox_fsync: fsync every outbox segment write (safe against power loss, slower);
+            without it data survives a process kill but not an OS crash.
+
+    Thread-safety: immutable.
+    """
+
+    connect_timeout: float = 30.0
+    disconnect_timeout: float = 5.0
+    open_queue_timeout: float = 30.0
+    configure_queue_timeout: float = 30.0
+    close_queue_timeout: float = 30.0
+    ack_timeout: float = 120.0
+    channel_write_timeout: float = 5.0
+    channel_high_watermark: int = 64 * _MIB
+    max_pending_bytes: int = 512 * _MIB
+    compression: Union[CompressionAlgorithmType, str, None] = CompressionAlgorithmType.NONE
+    user_agent: str = ""
+    on_event: Optional[Callable[["SessionEvent"], None]] = None
+    reconnect: ReconnectPolicy = ReconnectPolicy()
+    host_health_monitor: Optional["HostHealthMonitor"] = None
+    event_queue_high_watermark: int = 2000
+    event_queue_low_watermark: int = 50
+    outbox_dir: Optional[str] = None
+    outbox_fsync: bool = False
+
+    def __post_init__(self) -> None:
+        for name in (
+            "connect_timeout",
+            "disconnect_timeout",
+            "open_queue_timeout",
+            "configure_queue_timeout",
+            "close_queue_timeout",
+            "ack_timeout",
+        ):
+            _positive(name, getattr(self, name))
+        _require(self.channel_write_timeout >= 0, "channel_write_timeout must be >= 0")
+        _positive("channel_high_watermark", self.channel_high_watermark)
+        _positive("max_pending_bytes", self.max_pending_bytes)
+        _require(
+            0 <= self.event_queue_low_watermark < self.event_queue_high_watermark,
+            "need 0 <= event_queue_low_watermark < event_queue_high_watermark",
+        )
+        _require(isinstance(self.user_agent, str), "user_agent must be a str")
+        _require(self.on_event is None or callable(self.on_event), "on_event must be callable")
+        object.__setattr__(self, "compression", _compression(self.compression))

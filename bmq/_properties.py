@@ -1,0 +1,85 @@
+"""Message properties from Python values: type inference and per-call overrides (FACTS §6)."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from . import _codec
+from ._types import PropertyType
+from .exceptions import PropertyError
+
+__all__ = ["encode"]
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def infer_type(name: str, value: Any) -> int:
+    """The wire property type for a Python value.
+
+    bool -> BOOL, int -> INT32 when it fits else INT64, str -> STRING, bytes-like -> BINARY.
+
+    Raises:
+        PropertyError: no type fits (another Python type, or an int beyond 64 bits).
+    """
+    # bool first: it is an int subclass.
+    if isinstance(value, bool):
+        return _codec.PROPERTY_BOOL
+    if isinstance(value, int):
+        if _INT32_MIN <= value <= _INT32_MAX:
+            return _codec.PROPERTY_INT32
+        if _INT64_MIN <= value <= _INT64_MAX:
+            return _codec.PROPERTY_INT64
+        raise PropertyError(f"property {name!r}: int {value} does not fit in 64 bits", name)
+    if isinstance(value, str):
+        return _codec.PROPERTY_STRING
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _codec.PROPERTY_BINARY
+    raise PropertyError(
+        f"property {name!r}: cannot infer a property type for {type(value).__name__}; "
+        "use bool, int, str or bytes (or give property_types)",
+        name,
+    )
+
+
+def encode(
+    properties: Optional[Mapping[str, Any]],
+    property_types: Optional[Mapping[str, PropertyType]] = None,
+    new_style: bool = True,
+) -> Optional[bytes]:
+    """The encoded properties area for ``properties``, or None when there are none.
+
+    Args:
+        properties: ``{name: value}``.
+        property_types: ``{name: PropertyType}`` overriding the inferred type of some names.
+        new_style: MESSAGE_PROPERTIES_EX encoding (what the broker negotiated).
+
+    Returns:
+        The padded area (bytes) or None for no/empty properties.
+
+    Raises:
+        PropertyError: a name, type or value the protocol cannot carry.
+    """
+    if not properties:
+        if property_types:
+            raise PropertyError("property_types given without properties")
+        return None
+    overrides = property_types or {}
+    unknown = set(overrides) - set(properties)
+    if unknown:
+        raise PropertyError(f"property_types names unknown properties: {sorted(unknown)}", sorted(unknown)[0])
+    typed = {}
+    for name, value in properties.items():
+        if not isinstance(name, str):
+            raise PropertyError(f"property names must be str, not {type(name).__name__}")
+        kind = overrides.get(name)
+        if kind is None:
+            kind = infer_type(name, value)
+        elif not isinstance(kind, PropertyType):
+            raise PropertyError(f"property {name!r}: type override must be a bmq.PropertyType, not {kind!r}", name)
+        if isinstance(value, (bytearray, memoryview)):
+            value = bytes(value)
+        typed[name] = (int(kind), value)
+    try:
+        return _codec.encode_properties(typed, new_style)
+    except TypeError as e:
+        raise PropertyError(str(e)) from e

@@ -1,0 +1,304 @@
+"""The Queue handle returned by :meth:`bmq.Session.open_queue`."""
+from __future__ import annotations
+
+import queue as _stdqueue
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+
+from ._options import QueueOptions
+from ._types import Ack, CompressionAlgorithmType, Message, PropertyType
+from ._uri import QueueUri
+from .exceptions import PostError, QueueStateError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._session import Session
+
+__all__ = ["Queue"]
+
+# Queue states (FACTS §11.2, simplified): PENDING = open but waiting for a reopen.
+OPENING, OPEN, PENDING, CLOSING, CLOSED = "opening", "open", "pending", "closing", "closed"
+
+_CLOSED_SENTINEL = object()
+
+Payload = Union[bytes, bytearray, memoryview]
+Properties = Optional[Mapping[str, Any]]
+PropertyTypes = Optional[Mapping[str, PropertyType]]
+Compression = Union[CompressionAlgorithmType, str, None]
+OnMessage = Callable[[Message], None]
+
+
+def raise_for_failures(acks: Sequence[Ack]) -> None:
+    """Raise PostError carrying every non-SUCCESS ack, if any."""
+    failed = [ack for ack in acks if ack.status.value != 0]
+    if failed:
+        statuses = sorted({ack.status.name for ack in failed})
+        raise PostError(f"{len(failed)} of {len(acks)} message(s) not acknowledged: {', '.join(statuses)}", failed)
+
+
+class Queue:
+    """An open queue: post to it (``write=True``) and/or receive from it (``read=True``).
+
+    Obtained from :meth:`bmq.Session.open_queue`; also a context manager that closes it.
+
+    Attributes:
+        uri: the queue URI as opened.
+        read: opened for reading.
+        write: opened for writing.
+
+    Thread-safety: every method may be called from any thread, including callbacks.
+    """
+
+    def __init__(
+        self,
+        session: "Session",
+        parsed: QueueUri,
+        *,
+        read: bool,
+        write: bool,
+        options: QueueOptions,
+        on_message: Optional[OnMessage],
+        queue_id: int,
+        sub_id: int,
+    ) -> None:
+        self._session = session
+        self._parsed = parsed
+        self.uri = parsed.uri
+        self.read = read
+        self.write = write
+        self._options = options
+        self._on_message = on_message
+        self.queue_id = queue_id
+        self.sub_id = sub_id
+        self.state = OPENING
+        self.suspended = False
+        self.subscription_ids: List[int] = []
+        self._inbox: "_stdqueue.SimpleQueue[Any]" = _stdqueue.SimpleQueue()
+
+    def __repr__(self) -> str:
+        mode = "".join(flag for flag, on in (("r", self.read), ("w", self.write)) if on)
+        return f"Queue({self.uri!r}, mode={mode!r}, state={self.state})"
+
+    def __enter__(self) -> "Queue":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self.state != CLOSED:
+            self.close()
+
+    @property
+    def options(self) -> QueueOptions:
+        """The options last applied to this queue."""
+        return self._options
+
+    @property
+    def is_open(self) -> bool:
+        """True until the queue is closed (also while it is being reopened after a reconnect)."""
+        return self.state in (OPEN, PENDING)
+
+    @property
+    def app_id(self) -> Optional[str]:
+        """The fan-out appId from the URI's ``?id=``, or None."""
+        return self._parsed.app_id
+
+    def handle_parameters(self) -> Dict[str, Any]:
+        """The QueueHandleParameters of this handle (FACTS §8.5, §9.1)."""
+        flags = (2 if self.read else 0) | (12 if self.write else 0)
+        params: Dict[str, Any] = {
+            "uri": self.uri,
+            "qId": self.queue_id,
+            "flags": flags,
+            "readCount": int(self.read),
+            "writeCount": int(self.write),
+            "adminCount": 0,
+        }
+        if self._parsed.app_id is not None:
+            params["subIdInfo"] = {"subId": self.sub_id, "appId": self._parsed.app_id}
+        return params
+
+    # ---- posting ------------------------------------------------------------------
+    def post_async(
+        self,
+        data: Payload,
+        properties: Properties = None,
+        *,
+        property_types: PropertyTypes = None,
+        compression: Compression = None,
+        on_ack: Optional[Callable[[Ack], None]] = None,
+    ) -> "Future[Ack]":
+        """Post one message; return at once with a future of its :class:`Ack`.
+
+        The future resolves on the reader thread: a callback added with
+        ``add_done_callback`` must not block; ``on_ack`` runs on the dispatcher thread and
+        may call any session method.
+
+        Args:
+            data: the payload (not empty, at most 64 MiB).
+            properties: ``{name: value}``; types inferred (bool, int -> INT32/INT64, str, bytes).
+            property_types: ``{name: bmq.PropertyType}`` overriding inferred types.
+            compression: ``"zlib"``/``"none"``/enum; the session default when None.
+            on_ack: called with the Ack on the dispatcher thread.
+
+        Returns:
+            A Future resolving to the Ack (never raising): SUCCESS, a broker NACK, TIMEOUT
+            after ``ack_timeout``, NOT_CONNECTED when the session stops first, CANCELED when the
+            queue is closed first.
+
+        Raises:
+            QueueStateError: the queue is not open for writing (or is suspended).
+            SessionClosedError: the session is stopped.
+            ValueError: empty payload. MessageTooLargeError, PropertyError: over limits.
+            BandwidthLimitError: the connection stayed above its high watermark (or the
+                retransmission buffer full) for ``channel_write_timeout``; nothing was sent.
+        """
+        return self._session._post(self, (data,), properties, property_types, compression, None, on_ack)[0]
+
+    def post(
+        self,
+        data: Payload,
+        properties: Properties = None,
+        *,
+        property_types: PropertyTypes = None,
+        compression: Compression = None,
+        timeout: Optional[float] = None,
+    ) -> Ack:
+        """Post one message and block until it is acknowledged.
+
+        Args:
+            data, properties, property_types, compression: as :meth:`post_async`.
+            timeout: seconds to wait for the ACK; default ``ack_timeout`` (+ a margin).
+
+        Returns:
+            The SUCCESS Ack.
+
+        Raises:
+            PostError: the Ack was not SUCCESS (``error.ack`` holds it).
+            TimeoutError: no result within ``timeout``.
+            The errors of :meth:`post_async`.
+        """
+        future = self.post_async(data, properties, property_types=property_types, compression=compression)
+        ack = self._session._wait(future, timeout)
+        raise_for_failures((ack,))
+        return ack
+
+    def post_many_async(
+        self,
+        payloads: Sequence[Payload],
+        properties: Union[Properties, Sequence[Properties]] = None,
+        *,
+        property_types: PropertyTypes = None,
+        compression: Compression = None,
+        guids: Optional[bytes] = None,
+        on_ack: Optional[Callable[[Ack], None]] = None,
+    ) -> "List[Future[Ack]]":
+        """Post many messages in as few PUT events as possible; one future per message.
+
+        Args:
+            payloads: the payloads, in order.
+            properties: one mapping for every message, or one mapping (or None) per message.
+            property_types: overrides, applied to every message's properties.
+            compression: as :meth:`post_async`.
+            guids: 16 bytes per message, concatenated, to use instead of generated GUIDs (a
+                retried batch with the same GUIDs is de-duplicated by the broker).
+            on_ack: called once per Ack on the dispatcher thread.
+
+        Returns:
+            One future per payload, as :meth:`post_async`.
+
+        Raises:
+            The errors of :meth:`post_async`; ValueError for a wrong ``guids`` length.
+        """
+        return self._session._post(self, payloads, properties, property_types, compression, guids, on_ack)
+
+    def post_many(
+        self,
+        payloads: Sequence[Payload],
+        properties: Union[Properties, Sequence[Properties]] = None,
+        *,
+        property_types: PropertyTypes = None,
+        compression: Compression = None,
+        guids: Optional[bytes] = None,
+        timeout: Optional[float] = None,
+    ) -> List[Ack]:
+        """Post many messages and block until every one is acknowledged.
+
+        Returns:
+            The Acks, in payload order (all SUCCESS).
+
+        Raises:
+            PostError: some Acks were not SUCCESS; ``error.acks`` lists every failed one.
+            TimeoutError: not all results within ``timeout`` (default ``ack_timeout`` + margin).
+            The errors of :meth:`post_many_async`.
+        """
+        futures = self.post_many_async(
+            payloads, properties, property_types=property_types, compression=compression, guids=guids
+        )
+        acks = self._session._wait_all(futures, timeout)
+        raise_for_failures(acks)
+        return acks
+
+    # ---- consuming ----------------------------------------------------------------
+    def get(self, timeout: Optional[float] = None) -> Optional[Message]:
+        """The next message (pull mode), or None when nothing arrives within ``timeout``.
+
+        Args:
+            timeout: seconds to wait; None waits until a message arrives or the queue closes.
+
+        Raises:
+            QueueStateError: not a reader, opened with ``on_message``, or closed.
+        """
+        if not self.read or self._on_message is not None:
+            raise QueueStateError(f"{self.uri}: get() needs a queue opened with read=True and no on_message")
+        if self.state == CLOSED:
+            raise QueueStateError(f"{self.uri} is closed")
+        try:
+            item = self._inbox.get(timeout=timeout)
+        except _stdqueue.Empty:
+            return None
+        if item is _CLOSED_SENTINEL:
+            self._inbox.put(item)  # wake every other getter too
+            raise QueueStateError(f"{self.uri} is closed")
+        return item
+
+    def messages(self, timeout: Optional[float] = None) -> Iterator[Message]:
+        """Iterate over incoming messages until none arrives within ``timeout`` (or the queue
+        closes).
+
+        Args:
+            timeout: seconds of silence that end the iteration; None never ends it by time.
+        """
+        while self.state != CLOSED:
+            try:
+                message = self.get(timeout)
+            except QueueStateError:
+                return
+            if message is None:
+                return
+            yield message
+
+    def confirm_many(self, messages: Iterable[Message]) -> None:
+        """Confirm messages of this queue in one CONFIRM event (see :meth:`Message.confirm`)."""
+        self._confirm(tuple(messages))
+
+    def _confirm(self, messages: Sequence[Message]) -> None:
+        self._session.confirm_many(messages)
+
+    def _deliver(self, message: Message) -> None:
+        """Reader thread: hand a message to get() or to the on_message callback."""
+        if self._on_message is None:
+            self._inbox.put(message)
+        else:
+            self._session._dispatch(self._on_message, message)
+
+    def _mark_closed(self) -> None:
+        self.state = CLOSED
+        self._inbox.put(_CLOSED_SENTINEL)
+
+    # ---- lifecycle ----------------------------------------------------------------
+    def configure(self, options: QueueOptions, timeout: Optional[float] = None) -> None:
+        """Apply new options (see :meth:`bmq.Session.configure_queue`)."""
+        self._session.configure_queue(self.uri, options, timeout=timeout)
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Close the queue (see :meth:`bmq.Session.close_queue`)."""
+        self._session.close_queue(self.uri, timeout=timeout)
+

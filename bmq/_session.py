@@ -1,0 +1,1128 @@
+"""The Session: connection life cycle, control requests, queue registry, PUT retention and HA.
+
+Threads (DESIGN.md): callers build PUT events themselves and hand them to the transport's
+writer; the transport's reader resolves futures and fills queue inboxes; the dispatcher
+runs user callbacks; the supervisor reconnects, reopens queues, retransmits and expires ACKs.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+import queue as _stdqueue
+import sys
+import threading
+import time
+from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import _codec, _properties, _schema
+from . import events as ev
+from ._options import QueueOptions, SessionOptions, _compression
+from ._queue import CLOSED, CLOSING, OPEN, OPENING, PENDING, Queue, raise_for_failures
+from ._transport import Transport, parse_broker_address
+from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus, Message
+from ._uri import parse_uri
+from .exceptions import (
+    BandwidthLimitError,
+    BrokerError,
+    ClosedByBroker,
+    ConnectionError,
+    ConnectionLost,
+    Error,
+    ProtocolError,
+    QueueStateError,
+    SessionClosedError,
+    TimeoutError,
+)
+
+__all__ = ["Session"]
+
+logger = logging.getLogger(__name__)
+
+_STARTING, _STARTED, _RECONNECTING, _STOPPING, _STOPPED = "starting", "started", "reconnecting", "stopping", "stopped"
+_FEATURES = "PROTOCOL_ENCODING:JSON;MPS:MESSAGE_PROPERTIES_EX"
+_SDK_VERSION = 100  # bmq 0.1.0 as major*10000 + minor*100 + patch
+_JSON = _codec.ENCODING_JSON
+_ACK_REQUESTED = _codec.PUT_ACK_REQUESTED
+_EVENT_ACK = _codec.EVENT_ACK
+_EVENT_PUSH = _codec.EVENT_PUSH
+_EVENT_CONTROL = _codec.EVENT_CONTROL
+# Waiting for an ACK blocks a little longer than ack_timeout: the supervisor resolves the
+# future as TIMEOUT at ack_timeout, so the caller sees that rather than a bare TimeoutError.
+_ACK_WAIT_MARGIN = 5.0
+_SUPERVISOR_TICK = 0.1
+_CONFIRM_CHUNK = 20000
+_EVENT_BACKLOG = 10000
+_STOP = object()
+_session_ids = itertools.count(1)
+
+
+def _new_futures(count: int) -> "List[Future[Any]]":
+    """``count`` fresh futures (the single place futures for posts are made)."""
+    return [Future() for _ in range(count)]
+
+
+def _resolve(future: "Future[Any]", value: Any) -> None:
+    try:
+        future.set_result(value)
+    except InvalidStateError:  # the caller cancelled it
+        pass
+
+
+def _fail(future: "Future[Any]", exc: BaseException) -> None:
+    try:
+        future.set_exception(exc)
+    except InvalidStateError:
+        pass
+
+
+class _PendingPut:
+    """What is needed to resolve and to retransmit one PUT (its GUID is the table key)."""
+
+    __slots__ = ("queue", "future", "payload", "properties", "compression", "deadline", "on_ack")
+
+    def __init__(self, queue: Queue, future: "Future[Ack]", payload: Any, properties: Optional[bytes],
+                 compression: int, deadline: float, on_ack: Optional[Callable[[Ack], None]]) -> None:
+        self.queue = queue
+        self.future = future
+        self.payload = payload
+        self.properties = properties
+        self.compression = compression
+        self.deadline = deadline
+        self.on_ack = on_ack
+
+
+class _Request:
+    """A control request waiting for its response (buffered ones survive a reconnect)."""
+
+    __slots__ = ("future", "data", "buffered")
+
+    def __init__(self, future: "Future[Dict[str, Any]]", data: bytes, buffered: bool) -> None:
+        self.future = future
+        self.data = data
+        self.buffered = buffered
+
+
+class _Connection:
+    """One negotiated (or negotiating) transport and what the broker told us on it."""
+
+    def __init__(self, session: "Session") -> None:
+        self.session = session
+        self.negotiation: "Future[Dict[str, Any]]" = Future()
+        self.transport: Optional[Transport] = None
+        self.new_style_properties = True
+
+    def on_event(self, event_type: int, event: bytes) -> None:
+        if event_type == _EVENT_ACK:
+            self.session._handle_acks(event)
+        elif event_type == _EVENT_PUSH:
+            self.session._handle_push(self, event)
+        elif event_type == _EVENT_CONTROL:
+            if self.negotiation.done():
+                self.session._handle_control(event)
+            else:
+                message, _ = _schema.decode_event(event, "negotiation")
+                _resolve(self.negotiation, message)
+        elif logger.isEnabledFor(logging.DEBUG):
+            logger.debug("ignoring event of type %d (%d bytes)", event_type, len(event))
+
+    def on_failure(self, exc: BaseException) -> None:
+        if not self.negotiation.done():
+            _fail(self.negotiation, exc)
+        self.session._on_connection_failure(self, exc)
+
+
+class _Dispatcher:
+    """The thread that runs user callbacks, in submission order."""
+
+    def __init__(self, name: str, high: int, low: int, on_slow: Callable[[bool], None]) -> None:
+        self._queue: "_stdqueue.SimpleQueue[Any]" = _stdqueue.SimpleQueue()
+        self._high, self._low = high, low
+        self._on_slow = on_slow
+        self._slow = False
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._queue.put((fn, args))
+        if not self._slow and self._queue.qsize() > self._high:
+            self._slow = True
+            self._on_slow(True)
+
+    def stop(self) -> None:
+        self._queue.put(_STOP)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            except Exception:  # user code: log, keep dispatching
+                logger.exception("callback %r raised", fn)
+            if self._slow and self._queue.qsize() <= self._low:
+                self._slow = False
+                self._on_slow(False)
+
+
+class Session:
+    """A connection to a BlazingMQ broker: open queues, post, consume, confirm.
+
+    Connects (and negotiates) in the constructor; use it as a context manager or call
+    :meth:`stop`. A lost connection is re-established per ``options.reconnect``: queues are
+    reopened with their last options and unacknowledged posts are re-sent with their original
+    GUIDs (the broker de-duplicates), so a disconnect is invisible to callers.
+
+    Args:
+        broker: ``"tcp://host:port"``.
+        options: :class:`bmq.SessionOptions`; defaults when None.
+        on_event: shorthand for ``SessionOptions(on_event=...)``.
+
+    Raises:
+        ConnectionError: the broker cannot be reached; ClosedByBroker: it refused the session.
+        TimeoutError: connect + negotiation took longer than ``connect_timeout``.
+
+    Thread-safety: every method may be called from any thread, including from callbacks
+    (on_message, on_ack, on_event run on the dispatcher thread and may call any method,
+    :meth:`stop` included).
+    """
+
+    def __init__(
+        self,
+        broker: str = "tcp://localhost:30114",
+        options: Optional[SessionOptions] = None,
+        *,
+        on_event: Optional[Callable[[ev.SessionEvent], None]] = None,
+    ) -> None:
+        self.options = options = options or SessionOptions()
+        self.broker = broker
+        self._address = parse_broker_address(broker)
+        self._on_event = on_event or options.on_event
+        self._id = next(_session_ids)
+        self._guids = _codec.GuidGenerator(self._id)
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._state = _STARTING
+        self._stop_started = False
+        self._conn: Optional[_Connection] = None  # negotiated, current: control traffic
+        self._rids = itertools.count(1)
+        self._requests: Dict[int, _Request] = {}
+        self._queues: Dict[str, Queue] = {}
+        self._queue_ids: Dict[str, Tuple[int, int]] = {}  # canonical URI -> (qId, handles)
+        self._next_queue_id = 0
+        self._next_sub_ids: Dict[str, int] = {}
+        self._subscription_ids = itertools.count(1)
+        self._readers: Dict[Tuple[int, int], Queue] = {}  # (qId, sId) -> queue
+        self._pending_lock = threading.Lock()
+        self._pending_room = threading.Condition(self._pending_lock)
+        self._pending: Dict[bytes, _PendingPut] = {}
+        self._pending_bytes = 0
+        self._put_transport: Optional[Transport] = None  # set once the state is restored
+        self._events: Deque[ev.SessionEvent] = collections.deque(maxlen=_EVENT_BACKLOG)
+        self._events_ready = threading.Condition(threading.Lock())
+        self._stopped = threading.Event()
+        self._dispatcher = _Dispatcher(
+            f"bmq-dispatcher-{self._id}",
+            options.event_queue_high_watermark,
+            options.event_queue_low_watermark,
+            self._on_slow_consumer,
+        )
+        self._host_healthy = True
+        self._supervisor = threading.Thread(target=self._supervise, name=f"bmq-supervisor-{self._id}", daemon=True)
+        try:
+            conn = self._connect(options.connect_timeout)
+        except BaseException:
+            self._state = _STOPPED
+            self._dispatcher.stop()
+            self._stopped.set()
+            raise
+        with self._lock:
+            self._adopt(conn)
+            self._state = _STARTED
+            with self._pending_lock:
+                self._put_transport = conn.transport
+        self._supervisor.start()
+        monitor = options.host_health_monitor
+        if monitor is not None:
+            self._host_healthy = monitor.healthy
+            monitor.add_listener(self._on_host_health)
+        self._emit(ev.Connected())
+
+    def __repr__(self) -> str:
+        return f"Session({self.broker!r}, state={self._state})"
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    # ---- connection -----------------------------------------------------------------
+    def _client_identity(self) -> Dict[str, Any]:
+        user_agent = f"{self.options.user_agent} bmq-python:0.1.0".strip()
+        return {
+            "clientIdentity": {
+                "protocolVersion": 1,
+                "sdkVersion": _SDK_VERSION,
+                "clientType": "E_TCPCLIENT",
+                "processName": os.path.basename(sys.argv[0] or "python")[:64] or "python",
+                "pid": os.getpid(),
+                "sessionId": self._id,
+                "hostName": "",
+                "features": _FEATURES,
+                "clusterName": "",
+                "clusterNodeId": -1,
+                "sdkLanguage": "E_UNKNOWN",
+                "guidInfo": {
+                    "clientId": self._guids.client_id_hex,
+                    "nanoSecondsFromEpoch": self._guids.nanoseconds_from_epoch,
+                },
+                "userAgent": user_agent,
+            }
+        }
+
+    def _connect(self, timeout: float) -> _Connection:
+        """Connect and negotiate a new connection (not yet adopted)."""
+        deadline = time.monotonic() + timeout
+        conn = _Connection(self)
+        transport = Transport(
+            self._address, conn.on_event, conn.on_failure, self.options.channel_high_watermark, f"{self._id}"
+        )
+        conn.transport = transport
+        transport.connect(timeout)
+        try:
+            transport.send_control(_schema.encode_event(self._client_identity(), _JSON, "negotiation"))
+            try:
+                message = conn.negotiation.result(max(0.0, deadline - time.monotonic()))
+            except FutureTimeoutError:
+                raise TimeoutError(f"no negotiation response from {self.broker} within {timeout:g} s") from None
+            response = message.get("brokerResponse")
+            if response is None:
+                raise ProtocolError(f"expected a brokerResponse, got {sorted(message)}")
+            result = response.get("result", {})
+            if result.get("category") != "E_SUCCESS":
+                raise ClosedByBroker(
+                    f"broker {self.broker} refused the session: {result.get('category')} "
+                    f"{result.get('code')} {result.get('message', '')!r}"
+                )
+            features = _schema.parse_features(response.get("brokerIdentity", {}).get("features", ""))
+            conn.new_style_properties = "MESSAGE_PROPERTIES_EX" in features.get("MPS", ())
+            interval = response.get("heartbeatIntervalMs", 3000) / 1000.0
+            transport.set_heartbeat(interval, int(response.get("maxMissedHeartbeats", 10)))
+        except BaseException:
+            transport.close()
+            transport.join(1.0)
+            raise
+        logger.info("connected to %s (session %d)", self.broker, self._id)
+        return conn
+
+    def _adopt(self, conn: _Connection) -> None:
+        """Make ``conn`` the current connection for control traffic (caller holds the lock)."""
+        assert conn.transport is not None
+        if conn.transport.closed:
+            raise ConnectionLost(f"connection to {self.broker} lost right after negotiation")
+        self._conn = conn
+        self._new_style = conn.new_style_properties
+
+    def _on_connection_failure(self, conn: _Connection, exc: BaseException) -> None:
+        """Reader/writer thread: the connection died."""
+        with self._lock:
+            if conn is not self._conn:
+                return
+            self._conn = None
+            with self._pending_lock:
+                self._put_transport = None
+            lost = ConnectionLost(f"connection to {self.broker} lost: {exc}")
+            for rid, request in list(self._requests.items()):
+                if not request.buffered:
+                    del self._requests[rid]
+                    _fail(request.future, lost)
+            for queue in self._queues.values():
+                if queue.state == OPEN:
+                    queue.state = PENDING
+            if self._state == _STARTED:
+                self._state = _RECONNECTING
+            self._wake.notify_all()
+        if not isinstance(exc, ConnectionError):
+            self._emit(ev.Error(f"bad data from the broker, connection dropped: {exc!r}"))
+        self._emit(ev.ConnectionLost(str(exc)))
+
+    # ---- supervisor: reconnect, reopen, retransmit, ACK expiry ------------------------
+    def _supervise(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if self._state in (_STOPPING, _STOPPED):
+                        return
+                    if self._state != _RECONNECTING:
+                        self._wake.wait(_SUPERVISOR_TICK)
+                    reconnect = self._state == _RECONNECTING
+                if reconnect:
+                    self._reconnect()
+                self._expire_acks()
+        except Exception:  # a bug here must not leave callers hanging
+            logger.exception("session supervisor crashed; stopping the session")
+            threading.Thread(target=self.stop, name=f"bmq-stopper-{self._id}", daemon=True).start()
+
+    def _stopping(self) -> bool:
+        return self._state in (_STOPPING, _STOPPED)
+
+    def _reconnect(self) -> None:
+        policy = self.options.reconnect
+        attempt = 0
+        while True:
+            if not policy.enabled or (policy.max_attempts is not None and attempt >= policy.max_attempts):
+                logger.warning("giving up reconnecting to %s after %d attempt(s)", self.broker, attempt)
+                self._emit(ev.Error(f"could not reconnect to {self.broker}; session stopped"))
+                with self._lock:
+                    if self._state == _RECONNECTING:
+                        self._state = _STOPPING
+                threading.Thread(target=self.stop, name=f"bmq-stopper-{self._id}", daemon=True).start()
+                return
+            with self._lock:
+                if self._stopping():
+                    return
+                self._wake.wait(policy.delay(attempt))
+                if self._stopping():
+                    return
+            attempt += 1
+            try:
+                conn = self._connect(self.options.connect_timeout)
+            except (Error, OSError) as e:
+                logger.info("reconnect attempt %d to %s failed: %s", attempt, self.broker, e)
+                continue
+            with self._lock:
+                if self._stopping():
+                    conn.transport.close()  # type: ignore[union-attr]
+                    return
+                try:
+                    self._adopt(conn)
+                except ConnectionLost:
+                    continue
+                buffered = [request.data for request in self._requests.values()]
+                to_reopen = [queue for queue in self._queues.values() if queue.state == PENDING]
+            logger.warning("reconnected to %s", self.broker)
+            self._emit(ev.Reconnected())
+            transport = conn.transport
+            assert transport is not None
+            try:
+                for data in buffered:
+                    transport.send_control(data)
+                for queue in to_reopen:
+                    self._reopen(queue)
+                self._restore(conn)
+            except (ConnectionLost, TimeoutError) as e:
+                logger.warning("connection lost again while restoring state: %s", e)
+                with self._lock:
+                    if self._conn is conn:
+                        # A timeout, not a failure: close() reports nothing, so run the
+                        # failure path ourselves.
+                        transport.close()
+                        self._on_connection_failure(conn, e)
+                attempt = 0
+                continue
+            with self._lock:
+                if self._conn is conn and self._state == _RECONNECTING:
+                    self._state = _STARTED
+            self._emit(ev.StateRestored())
+            return
+
+    def _reopen(self, queue: Queue) -> None:
+        try:
+            self._open_handle(queue, self.options.open_queue_timeout, buffered=False)
+        except (ConnectionLost, TimeoutError):
+            raise
+        except Error as e:
+            logger.warning("reopening %s failed: %s", queue.uri, e)
+            self._forget_queue(queue, AckStatus.UNKNOWN)
+            self._emit(ev.QueueReopenFailed(queue.uri, str(e)))
+            return
+        with self._lock:
+            if queue.state == PENDING:
+                queue.state = OPEN
+        self._emit(ev.QueueReopened(queue.uri))
+
+    def _restore(self, conn: _Connection) -> None:
+        """Every queue reopened: re-send kept PUTs with their GUIDs, then let posts through."""
+        transport = conn.transport
+        assert transport is not None
+        with self._pending_lock:
+            if self._conn is not conn:
+                raise ConnectionLost("connection lost while restoring state")
+            entries = list(self._pending.items())
+            self._put_transport = transport
+        if entries:
+            logger.warning("re-sending %d unacknowledged message(s)", len(entries))
+        for compression in {entry.compression for _, entry in entries}:
+            group = [(guid, entry) for guid, entry in entries if entry.compression == compression]
+            for events in self._build_retransmission(group, compression, conn.new_style_properties):
+                transport.send_control(events)
+
+    def _build_retransmission(
+        self, group: List[Tuple[bytes, _PendingPut]], compression: int, new_style: bool
+    ) -> Iterable[bytes]:
+        chunk = 10000
+        for start in range(0, len(group), chunk):
+            part = group[start:start + chunk]
+            events = _codec.build_put_events(
+                [entry.queue.queue_id for _, entry in part],
+                b"".join(guid for guid, _ in part),
+                [entry.payload for _, entry in part],
+                [entry.properties for _, entry in part],
+                flags=_ACK_REQUESTED,
+                compression=compression,
+                new_style_properties=new_style,
+            )
+            yield b"".join(events)
+
+    def _expire_acks(self) -> None:
+        now = time.monotonic()
+        expired: List[Tuple[bytes, _PendingPut]] = []
+        with self._pending_lock:
+            for guid, entry in self._pending.items():
+                if entry.deadline > now:
+                    break  # insertion order = deadline order
+                expired.append((guid, entry))
+            if not expired:
+                return
+            for guid, _ in expired:
+                del self._pending[guid]
+            self._pending_bytes -= sum(len(entry.payload) for _, entry in expired)
+            self._pending_room.notify_all()
+        logger.warning("%d message(s) not acknowledged within %g s", len(expired), self.options.ack_timeout)
+        self._complete(expired, AckStatus.TIMEOUT)
+
+    def _complete(self, entries: Iterable[Tuple[bytes, _PendingPut]], status: AckStatus) -> None:
+        for guid, entry in entries:
+            ack = Ack(status, guid, entry.queue.uri)
+            _resolve(entry.future, ack)
+            if entry.on_ack is not None:
+                self._dispatcher.submit(entry.on_ack, ack)
+
+    # ---- events ---------------------------------------------------------------------
+    def _emit(self, event: ev.SessionEvent) -> None:
+        if isinstance(event, (ev.ConnectionLost, ev.Error, ev.QueueReopenFailed)):
+            logger.warning("session event: %r", event)
+        else:
+            logger.info("session event: %r", event)
+        with self._events_ready:
+            self._events.append(event)
+            self._events_ready.notify()
+        if self._on_event is not None:
+            self._dispatcher.submit(self._on_event, event)
+
+    def _on_slow_consumer(self, slow: bool) -> None:
+        self._emit(ev.SlowConsumerHighWaterMark() if slow else ev.SlowConsumerNormal())
+
+    def _dispatch(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._dispatcher.submit(fn, *args)
+
+    def next_event(self, timeout: Optional[float] = None) -> Optional[ev.SessionEvent]:
+        """The oldest session event not yet returned, or None after ``timeout`` seconds.
+
+        Events are also given to ``on_event``; this queue keeps the last 10,000.
+
+        Thread-safety: any thread; each event goes to one caller.
+        """
+        with self._events_ready:
+            if not self._events:
+                self._events_ready.wait_for(lambda: bool(self._events), timeout)
+            return self._events.popleft() if self._events else None
+
+    # ---- control requests -------------------------------------------------------------
+    def _check_running(self) -> None:
+        if self._state in (_STOPPING, _STOPPED):
+            raise SessionClosedError(f"session to {self.broker} is stopped")
+
+    def _request(self, body: Dict[str, Any], *, buffered: bool, stopping: bool = False) -> "Future[Dict[str, Any]]":
+        """Send a control request; the future gets the response message or a BrokerError.
+        Only ``stopping`` requests (the Disconnect) may be sent by a stopping session."""
+        future: "Future[Dict[str, Any]]" = Future()
+        with self._lock:
+            if not (stopping and self._state == _STOPPING):
+                self._check_running()
+            rid = next(self._rids)
+            message = {"rId": rid}
+            message.update(body)
+            data = _schema.encode_event(message, _JSON, "control")
+            conn = self._conn
+            if conn is None and not buffered:
+                raise ConnectionLost(f"not connected to {self.broker}")
+            self._requests[rid] = _Request(future, data, buffered)
+        if conn is not None:
+            try:
+                conn.transport.send_control(data)  # type: ignore[union-attr]
+            except ConnectionLost:
+                pass  # buffered: re-sent on reconnect; else failed by the failure path
+        return future
+
+    def _call(
+        self, body: Dict[str, Any], timeout: float, what: str, *, buffered: bool = True, stopping: bool = False
+    ) -> Dict[str, Any]:
+        future = self._request(body, buffered=buffered, stopping=stopping)
+        try:
+            return future.result(timeout)
+        except FutureTimeoutError:
+            with self._lock:
+                for rid, request in list(self._requests.items()):
+                    if request.future is future:
+                        del self._requests[rid]
+            raise TimeoutError(f"{what}: no response from {self.broker} within {timeout:g} s") from None
+
+    def _handle_control(self, event: bytes) -> None:
+        message, _ = _schema.decode_event(event, "control")
+        rid = message.get("rId")
+        with self._lock:
+            request = self._requests.pop(rid, None) if rid is not None else None
+        if request is None:
+            logger.info("ignoring control message without a pending request: %s", sorted(message))
+            return
+        status = message.get("status")
+        if status is not None and status.get("category") != "E_SUCCESS":
+            _fail(
+                request.future,
+                BrokerError(
+                    f"broker replied {status.get('category')}: {status.get('message', '')}",
+                    status.get("category", "E_UNKNOWN"),
+                    int(status.get("code", 0)),
+                    status.get("message", ""),
+                ),
+            )
+        else:
+            _resolve(request.future, message)
+
+    # ---- queues -----------------------------------------------------------------------
+    def open_queue(
+        self,
+        uri: str,
+        *,
+        read: bool = False,
+        write: bool = False,
+        options: Optional[QueueOptions] = None,
+        on_message: Optional[Callable[[Message], None]] = None,
+        timeout: Optional[float] = None,
+    ) -> Queue:
+        """Open a queue (OpenQueue, then ConfigureStream for readers) and return its handle.
+
+        Args:
+            uri: ``bmq://domain/queue``, with ``?id=appId`` for a fan-out reader.
+            read: receive messages (pull with :meth:`Queue.get`, or push with ``on_message``).
+            write: post messages.
+            options: :class:`bmq.QueueOptions` (defaults when None).
+            on_message: push mode: called with each :class:`bmq.Message` on the dispatcher thread.
+            timeout: seconds; default ``open_queue_timeout``.
+
+        Returns:
+            The open :class:`bmq.Queue`.
+
+        Raises:
+            InvalidURIError: bad URI syntax. ValueError: neither read nor write, or a writer
+                with ``?id=``. QueueStateError: this URI is already open in this session.
+            BrokerError: the broker refused. TimeoutError: no answer within ``timeout``.
+            SessionClosedError: the session is stopped.
+        """
+        parsed = parse_uri(uri)
+        if not (read or write):
+            raise ValueError("open_queue needs read=True and/or write=True")
+        if write and parsed.app_id is not None:
+            raise ValueError(f"{uri}: a queue with '?id=' can only be opened for reading")
+        if on_message is not None and not read:
+            raise ValueError("on_message needs read=True")
+        timeout = self.options.open_queue_timeout if timeout is None else timeout
+        with self._lock:
+            self._check_running()
+            if uri in self._queues:
+                raise QueueStateError(f"{uri} is already open in this session")
+            queue_id, handles = self._queue_ids.get(parsed.canonical, (None, 0))
+            if queue_id is None:
+                queue_id = self._next_queue_id
+                self._next_queue_id += 1
+            self._queue_ids[parsed.canonical] = (queue_id, handles + 1)
+            sub_id = 0
+            if parsed.app_id is not None:
+                sub_id = self._next_sub_ids.get(parsed.canonical, 1)
+                self._next_sub_ids[parsed.canonical] = sub_id + 1
+            queue = Queue(
+                self,
+                parsed,
+                read=read,
+                write=write,
+                options=options or QueueOptions(),
+                on_message=on_message,
+                queue_id=queue_id,
+                sub_id=sub_id,
+            )
+            self._queues[uri] = queue
+        try:
+            self._open_handle(queue, timeout, buffered=True)
+        except BaseException:
+            self._forget_queue(queue, AckStatus.CANCELED)
+            raise
+        with self._lock:
+            if queue.state == OPENING:
+                queue.state = OPEN if self._conn is not None else PENDING
+        logger.info("opened %s", queue)
+        return queue
+
+    def _open_handle(self, queue: Queue, timeout: float, *, buffered: bool) -> None:
+        deadline = time.monotonic() + timeout
+        self._call({"openQueue": {"handleParameters": queue.handle_parameters()}}, timeout, f"open {queue.uri}",
+                   buffered=buffered)
+        if queue.read:
+            suspend = queue.options.suspends_on_bad_host_health and not self._host_healthy
+            self._configure_handle(queue, queue.options, max(0.0, deadline - time.monotonic()),
+                                   buffered=buffered, deconfigure=suspend)
+            queue.suspended = suspend
+
+    def _stream_parameters(self, queue: Queue, options: QueueOptions, ids: List[int]) -> Dict[str, Any]:
+        consumer = {
+            "maxUnconfirmedMessages": options.max_unconfirmed_messages,
+            "maxUnconfirmedBytes": options.max_unconfirmed_bytes,
+            "consumerPriority": options.consumer_priority,
+            "consumerPriorityCount": 1,
+        }
+        expressions = [("E_VERSION_1", text) for text in options.subscriptions] or [("E_UNDEFINED", "")]
+        return {
+            "appId": queue.app_id or "__default",
+            "subscriptions": [
+                {"sId": sid, "expression": {"version": version, "text": text}, "consumers": [consumer]}
+                for sid, (version, text) in zip(ids, expressions)
+            ],
+        }
+
+    def _configure_handle(
+        self, queue: Queue, options: QueueOptions, timeout: float, *, buffered: bool, deconfigure: bool = False
+    ) -> None:
+        """ConfigureStream with fresh subscription ids, registered before the request so that
+        a PUSH following the response on the stream finds its queue."""
+        with self._lock:
+            count = 0 if deconfigure else max(1, len(options.subscriptions))
+            ids = [next(self._subscription_ids) for _ in range(count)]
+            for sid in ids:
+                self._readers[(queue.queue_id, sid)] = queue
+        params = self._stream_parameters(queue, options, ids)
+        try:
+            self._call({"configureStream": {"qId": queue.queue_id, "streamParameters": params}}, timeout,
+                       f"configure {queue.uri}", buffered=buffered)
+        except BaseException:
+            with self._lock:
+                for sid in ids:
+                    self._readers.pop((queue.queue_id, sid), None)
+            raise
+        with self._lock:
+            for sid in queue.subscription_ids:
+                self._readers.pop((queue.queue_id, sid), None)
+            queue.subscription_ids = ids
+
+    def _lookup(self, uri: str) -> Queue:
+        queue = self._queues.get(uri)
+        if queue is None:
+            self._check_running()
+            parse_uri(uri)
+            raise QueueStateError(f"{uri} is not open in this session")
+        return queue
+
+    def get_queue(self, uri: str) -> Queue:
+        """The open :class:`bmq.Queue` for ``uri``.
+
+        Raises:
+            InvalidURIError: bad syntax. QueueStateError: not open.
+        """
+        return self._lookup(uri)
+
+    def configure_queue(self, uri: str, options: QueueOptions, timeout: Optional[float] = None) -> None:
+        """Apply new :class:`bmq.QueueOptions` to an open queue (kept for reopens).
+
+        Raises:
+            QueueStateError: not open. BrokerError, TimeoutError, SessionClosedError.
+        """
+        queue = self._lookup(uri)
+        timeout = self.options.configure_queue_timeout if timeout is None else timeout
+        if queue.state not in (OPEN, PENDING):
+            raise QueueStateError(f"{uri} is {queue.state}")
+        if queue.read and not queue.suspended:
+            self._configure_handle(queue, options, timeout, buffered=True)
+        queue._options = options
+
+    def close_queue(self, uri: str, timeout: Optional[float] = None) -> None:
+        """Close a queue: deconfigure (readers) then CloseQueue. While disconnected the close
+        completes locally. Messages posted to it and not yet acknowledged resolve CANCELED.
+
+        Raises:
+            QueueStateError: not open. TimeoutError, SessionClosedError.
+        """
+        queue = self._lookup(uri)
+        timeout = self.options.close_queue_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            if queue.state in (CLOSING, CLOSED):
+                raise QueueStateError(f"{uri} is already {queue.state}")
+            connected = queue.state == OPEN and self._conn is not None
+            queue.state = CLOSING
+        try:
+            if connected:
+                if queue.read and queue.subscription_ids:
+                    self._configure_handle(queue, queue.options, timeout, buffered=False, deconfigure=True)
+                body = {"closeQueue": {"handleParameters": queue.handle_parameters(), "isFinal": True}}
+                self._call(body, max(0.0, deadline - time.monotonic()), f"close {uri}", buffered=False)
+        except ConnectionLost:
+            pass  # the broker forgets the handle with the connection
+        finally:
+            self._forget_queue(queue, AckStatus.CANCELED)
+        logger.info("closed %s", uri)
+
+    def _forget_queue(self, queue: Queue, status: AckStatus) -> None:
+        with self._lock:
+            if self._queues.get(queue.uri) is queue:
+                del self._queues[queue.uri]
+                canonical = queue._parsed.canonical
+                queue_id, handles = self._queue_ids[canonical]
+                if handles > 1:
+                    self._queue_ids[canonical] = (queue_id, handles - 1)
+                else:
+                    del self._queue_ids[canonical]
+            for key in [key for key, reader in self._readers.items() if reader is queue]:
+                del self._readers[key]
+            queue._mark_closed()
+        with self._pending_lock:
+            dropped = [(guid, entry) for guid, entry in self._pending.items() if entry.queue is queue]
+            for guid, entry in dropped:
+                del self._pending[guid]
+                self._pending_bytes -= len(entry.payload)
+            self._pending_room.notify_all()
+        self._complete(dropped, status)
+
+    # ---- posting ----------------------------------------------------------------------
+    def post(
+        self,
+        uri: str,
+        data: Union[bytes, bytearray, memoryview],
+        properties: Optional[Mapping[str, Any]] = None,
+        *,
+        property_types: Optional[Mapping[str, Any]] = None,
+        compression: Any = None,
+        on_ack: Optional[Callable[[Ack], None]] = None,
+    ) -> "Future[Ack]":
+        """Post to an open queue by URI, like the official SDK; returns without waiting.
+
+        Args:
+            uri: the queue's URI (opened with ``write=True``).
+            data, properties, property_types, compression: as :meth:`bmq.Queue.post_async`.
+            on_ack: called with the :class:`bmq.Ack` on the dispatcher thread.
+
+        Returns:
+            A Future of the Ack.
+
+        Raises:
+            QueueStateError: ``uri`` not open for writing; the errors of ``Queue.post_async``.
+        """
+        return self._lookup(uri).post_async(
+            data, properties, property_types=property_types, compression=compression, on_ack=on_ack
+        )
+
+    def _encode_properties(self, properties: Any, property_types: Any, count: int) -> Any:
+        new_style = self._new_style
+        if properties is None or isinstance(properties, Mapping):
+            return _properties.encode(properties, property_types, new_style)
+        areas = [_properties.encode(item, property_types, new_style) for item in properties]
+        if len(areas) != count:
+            raise ValueError(f"{len(areas)} property mappings for {count} payloads")
+        return areas
+
+    def _post(
+        self,
+        queue: Queue,
+        payloads: Sequence[Any],
+        properties: Any,
+        property_types: Any,
+        compression: Any,
+        guids: Optional[bytes],
+        on_ack: Optional[Callable[[Ack], None]],
+    ) -> "List[Future[Ack]]":
+        """Build PUT events in the calling thread, record them, hand them to the writer."""
+        if not queue.write:
+            raise QueueStateError(f"{queue.uri} was not opened with write=True")
+        if queue.state not in (OPEN, PENDING):
+            self._check_running()
+            raise QueueStateError(f"{queue.uri} is {queue.state}")
+        if queue.suspended:
+            raise QueueStateError(f"{queue.uri} is suspended (host unhealthy)")
+        count = len(payloads)
+        if count == 0:
+            return []
+        cat = (self.options.compression if compression is None else _compression(compression)).value
+        area = self._encode_properties(properties, property_types, count)
+        if guids is None:
+            guids = self._guids.generate(count)
+        elif len(guids) != 16 * count:
+            raise ValueError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
+        events = _codec.build_put_events(
+            queue.queue_id, guids, payloads, area, flags=_ACK_REQUESTED, compression=cat,
+            new_style_properties=self._new_style,
+        )
+        data = events[0] if len(events) == 1 else b"".join(events)
+        futures = _new_futures(count)
+        deadline = time.monotonic() + self.options.ack_timeout
+        per_message = area if isinstance(area, list) else itertools.repeat(area)
+        keys = [guids[i:i + 16] for i in range(0, 16 * count, 16)]
+        size = sum(map(len, payloads))
+        with self._pending_lock:
+            self._wait_for_room(size)
+            pending = self._pending
+            for key, future, payload, props in zip(keys, futures, payloads, per_message):
+                pending[key] = _PendingPut(queue, future, payload, props, cat, deadline, on_ack)
+            self._pending_bytes += size
+            transport = self._put_transport if queue.state == OPEN else None
+        if transport is not None:
+            try:
+                transport.send(data, self.options.channel_write_timeout)
+            except BandwidthLimitError:
+                self._unrecord(keys)
+                raise
+            except ConnectionLost:
+                pass  # kept: re-sent after the reconnect
+        return futures
+
+    def _wait_for_room(self, size: int) -> None:
+        """Caller holds the pending lock: bound the memory kept for retransmission."""
+        limit = self.options.max_pending_bytes
+        if self._pending_bytes + size <= limit or not self._pending:
+            return
+        timeout = self.options.channel_write_timeout
+        deadline = time.monotonic() + timeout
+        while self._pending_bytes + size > limit and self._pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BandwidthLimitError(
+                    f"{self._pending_bytes} bytes of messages await acknowledgement (limit {limit}) "
+                    f"after {timeout:g} s"
+                )
+            self._pending_room.wait(remaining)
+        if self._stopping():
+            raise SessionClosedError(f"session to {self.broker} is stopped")
+
+    def _unrecord(self, keys: List[bytes]) -> None:
+        with self._pending_lock:
+            for key in keys:
+                entry = self._pending.pop(key, None)
+                if entry is not None:
+                    self._pending_bytes -= len(entry.payload)
+            self._pending_room.notify_all()
+
+    def _handle_acks(self, event: bytes) -> None:
+        acks = _codec.iter_acks(event)
+        done = []
+        with self._pending_lock:
+            pop = self._pending.pop
+            freed = 0
+            for status, _, guid, _ in acks:
+                entry = pop(guid, None)
+                if entry is not None:
+                    done.append((status, guid, entry))
+                    freed += len(entry.payload)
+            self._pending_bytes -= freed
+            if freed:
+                self._pending_room.notify_all()
+        submit = self._dispatcher.submit
+        for status, guid, entry in done:
+            ack = Ack(ACK_STATUS_FROM_WIRE[status], guid, entry.queue.uri)
+            _resolve(entry.future, ack)
+            if entry.on_ack is not None:
+                submit(entry.on_ack, ack)
+
+    def flush(self, timeout: Optional[float] = None) -> int:
+        """Wait until every posted message is acknowledged (or ``timeout`` passes).
+
+        Returns:
+            How many messages are still waiting for their ACK (0 when all are done).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._pending_lock:
+            while self._pending:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._pending_room.wait(remaining if remaining is not None else 1.0)
+            return len(self._pending)
+
+    def _wait(self, future: "Future[Ack]", timeout: Optional[float]) -> Ack:
+        limit = self.options.ack_timeout + _ACK_WAIT_MARGIN if timeout is None else timeout
+        try:
+            return future.result(limit)
+        except FutureTimeoutError:
+            raise TimeoutError(f"no acknowledgement within {limit:g} s") from None
+
+    def _wait_all(self, futures: "Sequence[Future[Ack]]", timeout: Optional[float]) -> List[Ack]:
+        limit = self.options.ack_timeout + _ACK_WAIT_MARGIN if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        acks = []
+        for future in futures:
+            try:
+                acks.append(future.result(max(0.0, deadline - time.monotonic())))
+            except FutureTimeoutError:
+                raise TimeoutError(f"not every message acknowledged within {limit:g} s") from None
+        return acks
+
+    # ---- consuming --------------------------------------------------------------------
+    def _handle_push(self, conn: _Connection, event: bytes) -> None:
+        readers = self._readers
+        for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event):
+            for sid in sub_ids:
+                queue = readers.get((queue_id, sid))
+                if queue is None:
+                    queue = self._sole_reader(queue_id)
+                    if queue is None:
+                        logger.warning("PUSH for unknown queue %d / subscription %d dropped", queue_id, sid)
+                        continue
+                queue._deliver(Message(payload, guid, queue, area, new_style))
+
+    def _sole_reader(self, queue_id: int) -> Optional[Queue]:
+        with self._lock:
+            found = {id(q): q for (qid, _), q in self._readers.items() if qid == queue_id}
+        return next(iter(found.values())) if len(found) == 1 else None
+
+    def confirm(self, message: Message) -> None:
+        """Confirm one message (same as ``message.confirm()``)."""
+        self.confirm_many((message,))
+
+    def confirm_many(self, messages: Iterable[Message]) -> None:
+        """Confirm many messages in as few CONFIRM events as possible.
+
+        Confirms are never buffered: while reconnecting they are dropped (logged) and the
+        broker redelivers those messages, as the official SDKs do.
+
+        Raises:
+            SessionClosedError: the session is stopped. QueueStateError: a queue is closed.
+            BandwidthLimitError: the connection stayed above its high watermark for
+                ``channel_write_timeout``.
+        """
+        self._check_running()
+        items = []
+        for message in messages:
+            queue = message._queue
+            if queue.state == CLOSED:
+                raise QueueStateError(f"{queue.uri} is closed: cannot confirm")
+            items.append((queue.queue_id, message.guid, queue.sub_id))
+        conn = self._conn
+        if not items:
+            return
+        if conn is None:
+            logger.info("not connected: %d confirm(s) dropped (the broker will redeliver)", len(items))
+            return
+        for start in range(0, len(items), _CONFIRM_CHUNK):
+            data = _codec.build_confirm_event(items[start:start + _CONFIRM_CHUNK])
+            try:
+                conn.transport.send(data, self.options.channel_write_timeout)  # type: ignore[union-attr]
+            except ConnectionLost:
+                logger.info("connection lost: confirms dropped (the broker will redeliver)")
+                return
+
+    # ---- host health ------------------------------------------------------------------
+    def _on_host_health(self, healthy: bool) -> None:
+        self._dispatcher.submit(self._apply_host_health, healthy)
+
+    def _apply_host_health(self, healthy: bool) -> None:
+        if self._stopping() or healthy == self._host_healthy:
+            return
+        self._host_healthy = healthy
+        if not healthy:
+            self._emit(ev.HostUnhealthy())
+        with self._lock:
+            queues = [q for q in self._queues.values() if q.options.suspends_on_bad_host_health and q.is_open]
+        for queue in queues:
+            try:
+                if queue.read:
+                    options = queue.options
+                    self._configure_handle(queue, options, self.options.configure_queue_timeout,
+                                           buffered=False, deconfigure=not healthy)
+                queue.suspended = not healthy
+                self._emit(ev.QueueResumed(queue.uri) if healthy else ev.QueueSuspended(queue.uri))
+            except Error as e:
+                self._emit((ev.QueueResumeFailed if healthy else ev.QueueSuspendFailed)(queue.uri, str(e)))
+        if healthy:
+            self._emit(ev.HostHealthRestored())
+
+    # ---- stopping ---------------------------------------------------------------------
+    @property
+    def is_running(self) -> bool:
+        """True from a successful construction until :meth:`stop`."""
+        return self._state not in (_STOPPING, _STOPPED)
+
+    def stop(self, timeout: Optional[float] = None) -> None:
+        """Disconnect and stop every thread; idempotent and bounded.
+
+        Unacknowledged posts resolve as NOT_CONNECTED, pending requests fail with
+        SessionClosedError, blocked :meth:`Queue.get` calls raise QueueStateError. Safe from a
+        callback (the dispatcher then exits after that callback returns).
+
+        Args:
+            timeout: overall bound in seconds; default ``disconnect_timeout`` + 5.
+        """
+        timeout = self.options.disconnect_timeout + 5.0 if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            first = not self._stop_started
+            self._stop_started = True
+            conn = self._conn if self._state == _STARTED else None
+            if self._state != _STOPPED:
+                self._state = _STOPPING
+            self._wake.notify_all()
+        if not first:
+            if threading.current_thread() not in self._own_threads():
+                self._stopped.wait(max(0.0, deadline - time.monotonic()))
+            return
+        if conn is not None:
+            try:
+                self._call({"disconnect": {}}, min(self.options.disconnect_timeout, timeout), "disconnect",
+                           buffered=False, stopping=True)
+            except (Error, OSError) as e:
+                logger.info("no clean disconnect: %s", e)
+        self._shutdown(deadline)
+
+    def _own_threads(self) -> List[threading.Thread]:
+        threads = [self._dispatcher.thread, self._supervisor]
+        conn = self._conn
+        if conn is not None and conn.transport is not None:
+            threads += [t for t in (conn.transport._reader, conn.transport._writer) if t is not None]
+        return threads
+
+    def _shutdown(self, deadline: float) -> None:
+        with self._lock:
+            self._state = _STOPPED
+            conn, self._conn = self._conn, None
+            requests, self._requests = self._requests, {}
+            queues = list(self._queues.values())
+            self._queues.clear()
+            self._readers.clear()
+            self._wake.notify_all()
+        monitor = self.options.host_health_monitor
+        if monitor is not None:
+            monitor.remove_listener(self._on_host_health)
+        if conn is not None and conn.transport is not None:
+            conn.transport.close()
+            conn.transport.join(max(0.0, deadline - time.monotonic()))
+        closed = SessionClosedError(f"session to {self.broker} stopped")
+        for request in requests.values():
+            _fail(request.future, closed)
+        with self._pending_lock:
+            self._put_transport = None
+            entries, self._pending = list(self._pending.items()), {}
+            self._pending_bytes = 0
+            self._pending_room.notify_all()
+        self._complete(entries, AckStatus.NOT_CONNECTED)
+        for queue in queues:
+            queue._mark_closed()
+        current = threading.current_thread()
+        if self._supervisor.is_alive() and self._supervisor is not current:
+            self._supervisor.join(max(0.0, deadline - time.monotonic()))
+        self._emit(ev.Disconnected())
+        self._dispatcher.stop()
+        if self._dispatcher.thread is not current:
+            self._dispatcher.thread.join(max(0.0, deadline - time.monotonic()))
+        self._stopped.set()
+        logger.info("session %d to %s stopped", self._id, self.broker)

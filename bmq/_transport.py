@@ -1,0 +1,281 @@
+"""One TCP connection to a broker: a reader thread, a writer thread and a bounded write queue.
+
+The transport knows framing and heartbeats (FACTS §1.1, §10) and nothing about sessions:
+whole events go up through ``on_event(event_type, event)`` on the reader thread, and a
+failure goes up once through ``on_failure(exception)``.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import select
+import socket
+import threading
+import time
+from typing import Callable, Deque, Optional, Tuple
+
+from . import _codec
+from .exceptions import BandwidthLimitError, ConnectionError, ConnectionLost, InvalidURIError
+
+__all__ = ["Transport", "parse_broker_address"]
+
+logger = logging.getLogger(__name__)
+
+_RECV_SIZE = 1 << 20
+# Small events are joined into one sendall up to this many bytes; bigger ones go alone.
+_COALESCE_BYTES = 256 * 1024
+_IDLE_POLL = 0.5
+_HEARTBEAT_REQ_TYPE = _codec.EVENT_HEARTBEAT_REQ
+_HEARTBEAT_RSP_TYPE = _codec.EVENT_HEARTBEAT_RSP
+_counter = itertools.count(1)
+
+EventHandler = Callable[[int, bytes], None]
+FailureHandler = Callable[[BaseException], None]
+
+
+def parse_broker_address(broker: str) -> Tuple[str, int]:
+    """``"tcp://host:port"`` (or ``"host:port"``) -> ``(host, port)``.
+
+    Raises:
+        InvalidURIError: not of that form.
+    """
+    text = broker[len("tcp://"):] if broker.startswith("tcp://") else broker
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidURIError(f"bad broker address {broker!r}: expected 'tcp://host:port'")
+    return host.strip("[]"), int(port)
+
+
+class Transport:
+    """A connected socket with its reader and writer threads.
+
+    Args:
+        address: ``(host, port)``.
+        on_event: called on the reader thread for every event except heartbeats.
+        on_failure: called once, from the reader or writer thread, when the connection fails
+            (not after :meth:`close`).
+        high_watermark: bytes queued for the socket above which :meth:`send` waits.
+        name: suffix of the thread names (``bmq-reader-<name>``).
+
+    Thread-safety: :meth:`send`, :meth:`send_control` and :meth:`close` may be called from
+    any thread; :meth:`connect` once, by the owner.
+    """
+
+    def __init__(
+        self,
+        address: Tuple[str, int],
+        on_event: EventHandler,
+        on_failure: FailureHandler,
+        high_watermark: int,
+        name: str = "",
+    ) -> None:
+        self.address = address
+        self._on_event = on_event
+        self._on_failure = on_failure
+        self._high_watermark = high_watermark
+        self._name = name or str(next(_counter))
+        self._sock: Optional[socket.socket] = None
+        self._lock = threading.Lock()
+        self._not_empty = threading.Condition(self._lock)
+        self._has_room = threading.Condition(self._lock)
+        self._queue: Deque[bytes] = collections.deque()
+        self._queued = 0  # bytes queued or being written
+        self._closed = False
+        self.failure: Optional[BaseException] = None
+        self._heartbeat_interval: Optional[float] = None
+        self._max_missed = 0
+        self._reader: Optional[threading.Thread] = None
+        self._writer: Optional[threading.Thread] = None
+
+    def __repr__(self) -> str:
+        return f"Transport({self.address[0]}:{self.address[1]}, name={self._name})"
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection failed or was closed."""
+        return self._closed
+
+    def connect(self, timeout: float) -> None:
+        """Open the TCP connection and start the threads.
+
+        Raises:
+            ConnectionError: the broker cannot be reached (with host:port).
+        """
+        host, port = self.address
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise ConnectionError(f"cannot connect to {host}:{port}: {e}") from e
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(None)
+        with self._lock:
+            if self._closed:
+                sock.close()
+                raise ConnectionError(f"connection to {host}:{port} closed while connecting")
+            self._sock = sock
+        self._writer = threading.Thread(target=self._write_loop, name=f"bmq-writer-{self._name}", daemon=True)
+        self._reader = threading.Thread(target=self._read_loop, name=f"bmq-reader-{self._name}", daemon=True)
+        self._writer.start()
+        self._reader.start()
+
+    def set_heartbeat(self, interval: float, max_missed: int) -> None:
+        """Start dead-link detection: after ``max_missed`` silent intervals the connection
+        fails with ConnectionLost; ``max_missed == 0`` only answers requests (FACTS §10)."""
+        self._max_missed = max_missed
+        self._heartbeat_interval = interval if max_missed > 0 and interval > 0 else None
+
+    # ---- writing ------------------------------------------------------------------
+    def send(self, data: bytes, timeout: float) -> None:
+        """Queue ``data`` for the socket, waiting while the queue is above the high watermark.
+
+        Args:
+            data: one or more whole events.
+            timeout: seconds to wait for room.
+
+        Raises:
+            BandwidthLimitError: still no room after ``timeout``; nothing was queued.
+            ConnectionLost: the connection is closed; nothing was queued.
+        """
+        size = len(data)
+        with self._lock:
+            if self._queued and self._queued + size > self._high_watermark and not self._closed:
+                deadline = time.monotonic() + timeout
+                while self._queued and self._queued + size > self._high_watermark and not self._closed:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise BandwidthLimitError(
+                            f"{self._queued} bytes still waiting for the socket after {timeout:g} s"
+                        )
+                    self._has_room.wait(remaining)
+            self._enqueue(data)
+
+    def send_control(self, data: bytes) -> None:
+        """Queue ``data`` ignoring the high watermark (control traffic is never blocked).
+
+        Raises:
+            ConnectionLost: the connection is closed.
+        """
+        with self._lock:
+            self._enqueue(data)
+
+    def _enqueue(self, data: bytes) -> None:
+        if self._closed:
+            raise ConnectionLost(f"connection to {self.address[0]}:{self.address[1]} is closed")
+        self._queue.append(data)
+        self._queued += len(data)
+        self._not_empty.notify()
+
+    def _write_loop(self) -> None:
+        queue = self._queue
+        while True:
+            with self._lock:
+                while not queue and not self._closed:
+                    self._not_empty.wait()
+                if self._closed:
+                    return
+                batch = [queue.popleft()]
+                size = len(batch[0])
+                while queue and size + len(queue[0]) <= _COALESCE_BYTES:
+                    item = queue.popleft()
+                    batch.append(item)
+                    size += len(item)
+            try:
+                self._sock.sendall(batch[0] if len(batch) == 1 else b"".join(batch))  # type: ignore[union-attr]
+            except OSError as e:
+                self._fail(ConnectionLost(f"write to {self.address[0]}:{self.address[1]} failed: {e}"), e)
+                return
+            with self._lock:
+                self._queued -= size
+                self._has_room.notify_all()
+
+    # ---- reading ------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        frames = _codec.FrameReader()
+        on_event = self._on_event
+        received = False
+        missed = 0
+        next_check = 0.0
+        try:
+            while True:
+                interval = self._heartbeat_interval
+                now = time.monotonic()
+                if interval is None:
+                    # Poll so that heartbeat settings made after negotiation take effect.
+                    wait = _IDLE_POLL
+                else:
+                    if next_check == 0.0:
+                        next_check = now + interval
+                    elif now >= next_check:
+                        next_check = now + interval
+                        if received:
+                            missed, received = 0, False
+                        elif missed >= self._max_missed:
+                            raise ConnectionLost(f"no traffic from the broker for {missed} heartbeat intervals")
+                        else:
+                            self.send_control(_codec.HEARTBEAT_REQ)
+                            missed += 1
+                    wait = max(0.0, next_check - now)
+                if not select.select([sock], [], [], wait)[0]:
+                    continue
+                data = sock.recv(_RECV_SIZE)
+                if not data:
+                    raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
+                events = frames.feed(data)
+                if events:
+                    # Only whole events prove the link alive (FACTS §10): a stream stuck
+                    # inside a bogus length must still be detected as dead.
+                    received = True
+                for event in events:
+                    event_type = event[4] & 0x3F
+                    if event_type == _HEARTBEAT_REQ_TYPE:
+                        self.send_control(_codec.HEARTBEAT_RSP)
+                    elif event_type != _HEARTBEAT_RSP_TYPE:
+                        on_event(event_type, event)
+        except BaseException as e:  # noqa: B902 - whatever kills the reader must reach the owner
+            if isinstance(e, OSError) and not isinstance(e, ConnectionError):
+                e = ConnectionLost(f"read from {self.address[0]}:{self.address[1]} failed: {e}")
+            self._fail(e, e.__cause__)
+        finally:
+            writer = self._writer
+            if writer is not None:
+                writer.join(5.0)
+            sock.close()
+
+    # ---- closing ------------------------------------------------------------------
+    def _shutdown(self) -> bool:
+        with self._lock:
+            if self._closed:
+                return False
+            self._closed = True
+            self._queue.clear()
+            self._not_empty.notify_all()
+            self._has_room.notify_all()
+            sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return True
+
+    def _fail(self, exc: BaseException, cause: Optional[BaseException] = None) -> None:
+        if cause is not None and exc.__cause__ is None:
+            exc.__cause__ = cause
+        if self._shutdown():
+            self.failure = exc
+            logger.warning("connection to %s:%s lost: %s", self.address[0], self.address[1], exc)
+            self._on_failure(exc)
+
+    def close(self) -> None:
+        """Shut the connection down (idempotent); the threads exit promptly."""
+        self._shutdown()
+
+    def join(self, timeout: float) -> None:
+        """Wait (bounded) for the threads to exit; no-op from one of them."""
+        deadline = time.monotonic() + timeout
+        for thread in (self._reader, self._writer):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))

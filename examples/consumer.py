@@ -1,0 +1,62 @@
+"""Receive messages from a queue, confirm them, and show the push-mode alternative.
+
+Run ``python examples/consumer.py [tcp://host:port]``; without an address it starts an
+embedded broker and first posts a few messages so there is something to receive.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from typing import Iterator, List, Optional
+
+import bmq
+
+QUEUE = "bmq://bmq.test.mem.priority/example-orders"
+
+
+@contextlib.contextmanager
+def broker_address(broker: Optional[str]) -> Iterator[str]:
+    """``broker`` itself, or the address of a seeded embedded broker running inside the block."""
+    if broker:
+        yield broker
+        return
+    from bmq.broker import Broker
+
+    with Broker() as embedded, bmq.Session(embedded.address) as seeder:
+        seeder.open_queue(QUEUE, write=True).post_many([b"order #%d" % n for n in range(5)], {"kind": "new"})
+        yield embedded.address
+
+
+def main(broker: Optional[str] = None, idle_timeout: float = 1.0) -> List[bytes]:
+    """Pull messages until none arrives for ``idle_timeout`` seconds; return their payloads."""
+    received = []
+    with broker_address(broker) as address, bmq.Session(address) as session:
+        queue = session.open_queue(QUEUE, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=100))
+        batch = []
+        for message in queue.messages(timeout=idle_timeout):
+            print(f"{message.guid_hex} {message.data!r} {message.properties}")
+            received.append(message.data)
+            batch.append(message)
+            if len(batch) >= 50:
+                session.confirm_many(batch)  # one CONFIRM event for the lot
+                batch.clear()
+        session.confirm_many(batch)
+        queue.close()
+
+        # Push mode: the callback runs on the session's dispatcher thread and may call any
+        # session method (here: confirm).
+        arrived = threading.Event()
+
+        def on_message(message: bmq.Message) -> None:
+            message.confirm()
+            arrived.set()
+
+        with session.open_queue(QUEUE, read=True, write=True, on_message=on_message) as pushed:
+            pushed.post(b"pushed")
+            arrived.wait(5.0)
+    return received
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else None)

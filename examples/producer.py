@@ -1,0 +1,45 @@
+"""Post messages to a queue and wait for the broker's acknowledgements.
+
+Run ``python examples/producer.py [tcp://host:port]``; without an address it starts an
+embedded broker for the duration of the example.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Iterator, List, Optional
+
+import bmq
+
+QUEUE = "bmq://bmq.test.mem.priority/example-orders"
+
+
+@contextlib.contextmanager
+def broker_address(broker: Optional[str]) -> Iterator[str]:
+    """``broker`` itself, or the address of an embedded broker running inside the block."""
+    if broker:
+        yield broker
+        return
+    from bmq.broker import Broker
+
+    with Broker() as embedded:
+        yield embedded.address
+
+
+def main(broker: Optional[str] = None) -> List[bmq.Ack]:
+    """Post one message with properties, one compressed and a batch; return every Ack."""
+    with broker_address(broker) as address, bmq.Session(address) as session:
+        queue = session.open_queue(QUEUE, write=True)
+        # Blocks until the broker acknowledges; a NACK raises bmq.PostError.
+        acks = [queue.post(b"order #1", properties={"kind": "new", "qty": 7})]
+        # Large payloads can be zlib-compressed per message (only those >= 1 KiB are).
+        acks.append(queue.post(b'{"items": [%s]}' % b",".join(b"%d" % i for i in range(500)), compression="zlib"))
+        # One call, few PUT events, one Ack per message.
+        acks += queue.post_many([b"order #%d" % n for n in range(2, 12)], properties={"kind": "bulk"})
+        for ack in acks:
+            print(f"{ack.guid_hex} {ack.status.name}")
+        return acks
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else None)

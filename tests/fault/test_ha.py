@@ -1,0 +1,369 @@
+"""High availability: reconnects, retransmission with original GUIDs, stalls, dead links,
+malformed input — injected by the embedded broker's faults."""
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from pathlib import Path
+from typing import List, Type
+
+import pytest
+
+import bmq
+from bmq import _codec, events
+from bmq.broker import Broker
+
+pytestmark = pytest.mark.timeout(120)
+
+_names = itertools.count()
+FAST_RECONNECT = bmq.ReconnectPolicy(initial_delay=0.01, max_delay=0.2, jitter=0.2)
+
+
+def fresh(domain: str = "bmq.test.mem.priority") -> str:
+    return f"bmq://{domain}/ha{next(_names)}-{time.monotonic_ns() % 10**9}"
+
+
+@pytest.fixture
+def broker():
+    with Broker(heartbeat_interval_ms=100, max_missed_heartbeats=5) as b:
+        yield b
+
+
+def options(**kwargs) -> bmq.SessionOptions:
+    kwargs.setdefault("reconnect", FAST_RECONNECT)
+    return bmq.SessionOptions(**kwargs)
+
+
+def wait_event(session: bmq.Session, kind: Type[events.SessionEvent], timeout: float = 10.0) -> List:
+    """Events up to and including the first of ``kind``."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = session.next_event(max(0.0, deadline - time.monotonic()))
+        if event is None:
+            break
+        seen.append(event)
+        if isinstance(event, kind):
+            return seen
+    raise AssertionError(f"no {kind.__name__} within {timeout} s; saw {seen}")
+
+
+def drain(queue: bmq.Queue, count: int, timeout: float = 20.0) -> list:
+    received = []
+    deadline = time.monotonic() + timeout
+    while len(received) < count and time.monotonic() < deadline:
+        message = queue.get(timeout=max(0.0, deadline - time.monotonic()))
+        if message is not None:
+            received.append(message)
+    return received
+
+
+def test_reconnect_reopens_queues_and_reports_events_in_order(broker):
+    with bmq.Session(broker.address, options()) as session:
+        writer = session.open_queue(fresh(), write=True)
+        reader = session.open_queue(fresh("bmq.test.mem.fanout") + "?id=foo", read=True)
+        wait_event(session, events.Connected)
+        assert broker.faults.drop_connections() == 1
+        seen = wait_event(session, events.StateRestored)
+        kinds = [type(e) for e in seen]
+        assert kinds[0] is events.ConnectionLost and kinds[1] is events.Reconnected
+        assert sorted(e.queue_uri for e in seen[2:-1]) == sorted([writer.uri, reader.uri])
+        assert all(isinstance(e, events.QueueReopened) for e in seen[2:-1])
+        assert writer.post(b"after").status is bmq.AckStatus.SUCCESS
+        with bmq.Session(broker.address) as other:
+            other.open_queue(reader.uri.split("?")[0], write=True).post(b"to foo")
+        assert reader.get(timeout=5.0).data == b"to foo"
+
+
+def test_unacknowledged_posts_are_resent_with_original_guids(broker):
+    with bmq.Session(broker.address, options()) as session:
+        queue = session.open_queue(fresh(), write=True)
+        broker.faults.withhold_acks()
+        futures = queue.post_many_async([b"m%d" % i for i in range(100)])
+        assert broker.wait_for(lambda: len(broker.queue_messages(queue.uri)) == 100, 5.0)
+        first_guids = [m.guid for m in broker.queue_messages(queue.uri)]
+        broker.faults.drop_connections()
+        broker.faults.release_acks()
+        acks = [f.result(10.0) for f in futures]
+        assert [a.status for a in acks] == [bmq.AckStatus.SUCCESS] * 100
+        assert [a.guid for a in acks] == first_guids
+        stored = broker.queue_messages(queue.uri)
+        assert len(stored) == 100 and [m.guid for m in stored] == first_guids
+
+
+def test_posts_while_disconnected_are_buffered_then_delivered_once(broker):
+    with bmq.Session(broker.address, options()) as session:
+        queue = session.open_queue(fresh(), write=True)
+        broker.faults.refuse_negotiation(True)
+        broker.faults.drop_connections()
+        wait_event(session, events.ConnectionLost)
+        futures = queue.post_many_async([b"b%d" % i for i in range(50)])
+        assert not any(f.done() for f in futures)
+        broker.faults.refuse_negotiation(False)
+        assert [f.result(10.0).status for f in futures] == [bmq.AckStatus.SUCCESS] * 50
+        assert sorted(m.app_data for m in broker.queue_messages(queue.uri)) == sorted(b"b%d" % i for i in range(50))
+
+
+def test_buffer_bound_makes_posters_wait_then_fail(broker):
+    opts = options(max_pending_bytes=10_000, channel_write_timeout=0.5)
+    with bmq.Session(broker.address, opts) as session:
+        queue = session.open_queue(fresh(), write=True)
+        broker.faults.refuse_negotiation(True)
+        broker.faults.drop_connections()
+        wait_event(session, events.ConnectionLost)
+        queue.post_async(bytes(9_000))
+        start = time.monotonic()
+        with pytest.raises(bmq.BandwidthLimitError):
+            queue.post_async(bytes(2_000))
+        assert 0.4 <= time.monotonic() - start <= 1.5
+        broker.faults.refuse_negotiation(False)
+        assert queue.post(bytes(2_000)).status is bmq.AckStatus.SUCCESS
+
+
+def test_close_while_disconnected_completes_locally(broker):
+    with bmq.Session(broker.address, options()) as session:
+        queue = session.open_queue(fresh(), write=True)
+        broker.faults.refuse_negotiation(True)
+        broker.faults.drop_connections()
+        wait_event(session, events.ConnectionLost)
+        pending = queue.post_async(b"never sent")
+        start = time.monotonic()
+        session.close_queue(queue.uri)
+        assert time.monotonic() - start < 1.0
+        assert pending.result(1.0).status is bmq.AckStatus.CANCELED
+        broker.faults.refuse_negotiation(False)
+        seen = wait_event(session, events.StateRestored)
+        assert not any(isinstance(e, (events.QueueReopened, events.QueueReopenFailed)) for e in seen)
+
+
+def test_open_while_disconnected_is_sent_after_reconnect(broker):
+    with bmq.Session(broker.address, options()) as session:
+        broker.faults.refuse_negotiation(True)
+        broker.faults.drop_connections()
+        wait_event(session, events.ConnectionLost)
+        result = {}
+        uri = fresh()
+        opener = threading.Thread(target=lambda: result.setdefault("q", session.open_queue(uri, write=True)))
+        opener.start()
+        broker.faults.refuse_negotiation(False)
+        opener.join(10.0)
+        assert result["q"].post(b"x").status is bmq.AckStatus.SUCCESS
+
+
+def test_ack_timeout_resolves_as_timeout(broker):
+    with bmq.Session(broker.address, options(ack_timeout=0.3)) as session:
+        queue = session.open_queue(fresh(), write=True)
+        broker.faults.withhold_acks()
+        start = time.monotonic()
+        with pytest.raises(bmq.PostError) as info:
+            queue.post(b"x")
+        assert info.value.ack.status is bmq.AckStatus.TIMEOUT
+        assert 0.25 <= time.monotonic() - start < 2.0
+        broker.faults.reset()
+
+
+def test_stalled_broker_gives_bandwidth_limit_after_write_timeout():
+    opts = options(channel_write_timeout=1.0, channel_high_watermark=1 << 20)
+    # Default heartbeats: a broker that stops reading must not drop us for "missed" ones.
+    with Broker() as broker, bmq.Session(broker.address, opts) as session:
+        queue = session.open_queue(fresh(), write=True)
+        broker.faults.pause_reading()
+        payload = bytes(256 * 1024)
+        futures = []
+        failed_after = None
+        for _ in range(2000):  # kernel buffers absorb some MiB first
+            start = time.monotonic()
+            try:
+                futures.append(queue.post_async(payload))
+            except bmq.BandwidthLimitError:
+                failed_after = time.monotonic() - start
+                break
+        assert failed_after is not None, "posting never hit the high watermark"
+        assert 0.5 <= failed_after <= 1.5
+        broker.faults.resume_reading()
+        futures.append(queue.post_async(payload))
+        assert all(f.result(20.0).status is bmq.AckStatus.SUCCESS for f in futures)
+        assert len(broker.queue_messages(queue.uri)) == len(futures)
+
+
+def test_silent_broker_is_detected_by_heartbeats_then_recovers(broker):
+    with bmq.Session(broker.address, options()) as session:
+        queue = session.open_queue(fresh(), write=True)
+        wait_event(session, events.Connected)
+        broker.faults.stop_heartbeats()
+        start = time.monotonic()
+        wait_event(session, events.ConnectionLost, timeout=5.0)
+        # interval 0.1 s x 5 missed, plus one interval of phase and scheduling margin
+        assert time.monotonic() - start < 0.1 * (5 + 2) + 0.5
+        broker.faults.resume_heartbeats()
+        wait_event(session, events.StateRestored)
+        assert queue.post(b"alive").status is bmq.AckStatus.SUCCESS
+
+
+def test_unconfirmed_messages_are_redelivered_after_reconnect(broker):
+    with bmq.Session(broker.address, options()) as session:
+        queue = session.open_queue(fresh(), read=True, write=True)
+        queue.post_many([b"u%d" % i for i in range(20)])
+        first = drain(queue, 20)
+        assert len(first) == 20
+        broker.faults.drop_connections()
+        again = drain(queue, 20)
+        assert sorted(m.guid for m in again) == sorted(m.guid for m in first)
+        session.confirm_many(again)
+        assert broker.wait_for(lambda: not broker.queue_messages(queue.uri), 5.0)
+
+
+def test_unconfirmed_messages_go_to_another_consumer_when_one_dies(broker):
+    uri = fresh()
+    with bmq.Session(broker.address, options(reconnect=bmq.ReconnectPolicy(enabled=False))) as doomed, \
+            bmq.Session(broker.address) as survivor:
+        dying = doomed.open_queue(uri, read=True, write=True, options=bmq.QueueOptions(consumer_priority=10))
+        dying.post_many([b"r%d" % i for i in range(10)])
+        assert len(drain(dying, 10)) == 10
+        backup = survivor.open_queue(uri, read=True)
+        broker.faults.drop_connections(min(c.id for c in broker.clients()))  # the first session
+        got = drain(backup, 10)
+        assert sorted(m.data for m in got) == sorted(b"r%d" % i for i in range(10))
+        wait_event(doomed, events.Disconnected)
+
+
+def test_giving_up_reconnecting_stops_the_session(broker):
+    policy = bmq.ReconnectPolicy(initial_delay=0.01, max_delay=0.05, max_attempts=3)
+    session = bmq.Session(broker.address, bmq.SessionOptions(reconnect=policy))
+    queue = session.open_queue(fresh(), write=True)
+    broker.faults.refuse_negotiation(True)
+    broker.faults.drop_connections()
+    seen = wait_event(session, events.Disconnected)
+    assert any(isinstance(e, events.Error) for e in seen)
+    assert not session.is_running
+    with pytest.raises(bmq.SessionClosedError):
+        queue.post(b"x")
+    session.stop()
+
+
+def test_broker_restart_is_survived(broker):
+    with bmq.Session(broker.address, options()) as session:
+        queue = session.open_queue(fresh(), read=True, write=True)
+        queue.post(b"before")
+        queue.get(timeout=5.0).confirm()
+        assert broker.wait_for(lambda: not broker.queue_messages(queue.uri), 5.0)
+        broker.restart(keep_queues=True)
+        wait_event(session, events.StateRestored)
+        queue.post(b"after")
+        assert queue.get(timeout=5.0).data == b"after"
+
+
+def test_malformed_frame_emits_error_and_reconnects(broker):
+    with bmq.Session(broker.address, options()) as session:
+        queue = session.open_queue(fresh(), write=True)
+        client_id = broker.clients()[0].id
+        # A CONTROL event whose body is not JSON.
+        broker.faults.send_raw(client_id, _codec.encode_control_event(b"{not json", _codec.ENCODING_JSON))
+        seen = wait_event(session, events.StateRestored)
+        assert any(isinstance(e, events.Error) for e in seen)
+        assert queue.post(b"still works").status is bmq.AckStatus.SUCCESS
+
+
+def test_host_health_suspends_and_resumes_opted_in_queues(broker):
+    monitor = bmq.ManualHostHealthMonitor()
+    with bmq.Session(broker.address, options(host_health_monitor=monitor)) as session:
+        opted = bmq.QueueOptions(suspends_on_bad_host_health=True)
+        writer = session.open_queue(fresh(), write=True, options=opted)
+        reader = session.open_queue(fresh(), read=True, write=True, options=opted)
+        plain = session.open_queue(fresh(), write=True)
+        monitor.set_unhealthy()
+        seen = wait_event(session, events.QueueSuspended)
+        seen += wait_event(session, events.QueueSuspended)
+        assert sum(isinstance(e, events.QueueSuspended) for e in seen) == 2
+        assert any(isinstance(e, events.HostUnhealthy) for e in seen)
+        with pytest.raises(bmq.QueueStateError, match="suspended"):
+            writer.post(b"x")
+        assert plain.post(b"unaffected").status is bmq.AckStatus.SUCCESS
+        monitor.set_healthy()
+        seen = wait_event(session, events.HostHealthRestored)
+        assert sum(isinstance(e, events.QueueResumed) for e in seen) == 2
+        assert writer.post(b"resumed").status is bmq.AckStatus.SUCCESS
+        reader.post(b"to reader")
+        assert reader.get(timeout=5.0).data == b"to reader"
+
+
+@pytest.mark.slow
+def test_100k_posts_from_8_threads_survive_5_drops_exactly_once(broker):
+    total, threads_count, chunk = 100_000, 8, 500
+    uri = fresh()
+    rng = random.Random(20261121)
+    drop_points = sorted(rng.sample(range(5_000, total - 5_000), 5))
+    with bmq.Session(broker.address, options()) as session:
+        queue = session.open_queue(uri, write=True)
+        acked = [0]
+        lock = threading.Lock()
+        failures = []
+
+        def poster(index):
+            per_thread = total // threads_count
+            try:
+                for start in range(0, per_thread, chunk):
+                    acks = queue.post_many([b"%d-%d" % (index, i) for i in range(start, start + chunk)])
+                    assert all(a.status is bmq.AckStatus.SUCCESS for a in acks)
+                    with lock:
+                        acked[0] += len(acks)
+            except BaseException as e:  # reported below
+                failures.append(e)
+
+        workers = [threading.Thread(target=poster, args=(i,)) for i in range(threads_count)]
+        for w in workers:
+            w.start()
+        drops = 0
+        for point in drop_points:
+            while acked[0] < point and any(w.is_alive() for w in workers):
+                broker.wait_for(lambda: acked[0] >= point, 0.05)
+            drops += broker.faults.drop_connections()
+        for w in workers:
+            w.join(120.0)
+        assert not failures, failures[:3]
+        assert acked[0] == total and drops == 5
+    stored = broker.queue_messages(uri)
+    assert len(stored) == total and len({m.app_data for m in stored}) == total
+    with bmq.Session(broker.address) as consumer:
+        reader = consumer.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=5000))
+        payloads = set()
+        count = 0
+        while True:
+            message = reader.get(timeout=1.0)
+            if message is None:
+                break
+            count += 1
+            payloads.add(message.data)
+            message.confirm()
+        assert count == total and len(payloads) == total
+
+
+def _broker_events(captures: Path) -> List[bytes]:
+    stream = (captures / "json-client" / "conn1.b2c.bin").read_bytes()
+    frames = _codec.FrameReader().feed(stream)
+    assert frames
+    return frames
+
+
+def test_fuzzed_broker_frames_never_crash_or_hang_the_session(broker, captures_dir):
+    valid = _broker_events(captures_dir)
+    rng = random.Random(4242)
+    with bmq.Session(broker.address, options(ack_timeout=5.0)) as session:
+        queue = session.open_queue(fresh(), write=True)
+        for round_ in range(60):
+            frame = bytearray(rng.choice(valid))
+            for _ in range(rng.randint(1, 4)):
+                frame[rng.randrange(4, len(frame))] = rng.randrange(256)
+            clients = broker.clients()
+            if clients:
+                try:
+                    broker.faults.send_raw(clients[0].id, bytes(frame))
+                except KeyError:
+                    pass  # the client is reconnecting
+            if round_ % 10 == 9:
+                ack = queue.post_async(b"probe %d" % round_).result(15.0)
+                assert ack.status in (bmq.AckStatus.SUCCESS, bmq.AckStatus.TIMEOUT)
+        assert session.is_running
+        assert queue.post(b"final", timeout=15.0).status is bmq.AckStatus.SUCCESS

@@ -1,0 +1,40 @@
+"""The examples run against the embedded broker and do what they say."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+import bmq
+
+pytestmark = pytest.mark.timeout(60)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_producer_example_gets_every_ack(capsys):
+    acks = load("producer").main()
+    assert len(acks) == 12 and all(a.status is bmq.AckStatus.SUCCESS for a in acks)
+    assert capsys.readouterr().out.count("SUCCESS") == 12
+
+
+def test_consumer_example_receives_the_seeded_messages(capsys):
+    payloads = load("consumer").main(idle_timeout=0.5)
+    assert payloads == [b"order #%d" % n for n in range(5)]
+    assert "'kind': 'new'" in capsys.readouterr().out
+
+
+def test_examples_accept_an_existing_broker():
+    from bmq.broker import Broker
+
+    with Broker() as broker:
+        assert len(load("producer").main(broker.address)) == 12
+        assert len(load("consumer").main(broker.address, idle_timeout=0.5)) == 12
