@@ -258,3 +258,18 @@ def test_stream_moves_20k_messages_and_loses_none_across_a_failure(spark: SparkS
     # for the next run (at-least-once), never more than the last uncommitted batches.
     assert len(broker.queue_messages(source)) <= 2 * 2_000
 
+
+
+# ---- the example -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_spark_pipeline_example_moves_every_order(spark: SparkSession, broker: Broker) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "spark_pipeline.py"
+    spec = importlib.util.spec_from_file_location("example_spark_pipeline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(broker.address) == module.ROWS
+    assert not spark.sparkContext._jsc.sc().isStopped()  # the caller's session is left running

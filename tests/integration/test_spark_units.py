@@ -87,6 +87,16 @@ def stream_reader(per_batch: int = 10) -> _stream.BlazingMQStreamReader:
     return _stream.BlazingMQStreamReader(options, read_struct())
 
 
+def test_missing_pyspark_names_the_extra_to_install() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['pyspark'] = None; import bmq.spark"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "pip install 'bmq[spark]'" in result.stderr
+
+
 # ---- options ----------------------------------------------------------------------------
 
 
