@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Optional, Tuple, TypeVar
 
+from bmq._uri import parse_uri
+
 __all__ = ["DEFAULT_BROKER", "CommonOptions", "WriteOptions", "ReadOptions", "StreamOptions"]
 
 DEFAULT_BROKER = "tcp://localhost:30114"
@@ -59,11 +61,9 @@ def _names(text: str) -> Tuple[str, ...]:
 def _queue(options: Mapping[str, str]) -> str:
     uri = options.get("queue")
     if not uri:
-        raise ValueError("blazingmq: the 'queue' option is required, e.g. .option('queue', 'bmq://bmq.test.mem.priority/q')")
-    # Imported here so that the option parsing itself stays usable for error messages even
-    # when the client layer fails to import.
-    from bmq._uri import parse_uri
-
+        raise ValueError(
+            "blazingmq: the 'queue' option is required, e.g. .option('queue', 'bmq://bmq.test.mem.priority/q')"
+        )
     parse_uri(uri)  # raises bmq.InvalidURIError naming the faulty part
     return uri
 
@@ -76,7 +76,8 @@ class CommonOptions:
         broker: ``tcp://host:port`` of the broker (option ``broker``).
         queue: the queue URI (option ``queue``, required).
         connect_timeout: seconds to connect and negotiate (option ``connectTimeout``).
-        property_schema: DDL of typed property columns (option ``propertySchema``) for reads.
+
+    Thread-safety: immutable.
     """
 
     broker: str

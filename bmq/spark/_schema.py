@@ -95,7 +95,9 @@ class WriteLayout:
                 f"it has {schema.simpleString()}"
             )
         if not isinstance(data.dataType, (BinaryType, StringType)):
-            raise TypeError(f"blazingmq: column '{DATA_COLUMN}' must be binary or string, not {data.dataType.simpleString()}")
+            raise TypeError(
+                f"blazingmq: column '{DATA_COLUMN}' must be binary or string, not {data.dataType.simpleString()}"
+            )
         map_type = None
         struct_types: Tuple[Tuple[str, int], ...] = ()
         props = fields.get(PROPERTIES_COLUMN)
@@ -103,7 +105,9 @@ class WriteLayout:
             kind = props.dataType
             if isinstance(kind, MapType):
                 if not isinstance(kind.keyType, StringType):
-                    raise TypeError(f"blazingmq: the '{PROPERTIES_COLUMN}' map must have string keys, not {kind.simpleString()}")
+                    raise TypeError(
+                        f"blazingmq: the '{PROPERTIES_COLUMN}' map must have string keys, not {kind.simpleString()}"
+                    )
                 map_type = _property_type(f"'{PROPERTIES_COLUMN}' map value", kind.valueType)
             elif isinstance(kind, StructType):
                 struct_types = tuple(
@@ -123,7 +127,9 @@ class WriteLayout:
         if guid_column is not None:
             field = fields.get(guid_column)
             if field is None or not isinstance(field.dataType, (StringType, BinaryType)):
-                raise TypeError(f"blazingmq: guidColumn '{guid_column}' must be a string or binary column of the DataFrame")
+                raise TypeError(
+                    f"blazingmq: guidColumn '{guid_column}' must be a string or binary column of the DataFrame"
+                )
         return cls(isinstance(data.dataType, StringType), map_type, struct_types, tuple(column_types), guid_column)
 
     @property

@@ -19,13 +19,12 @@ __all__ = ["connect", "open_producer", "open_consumer", "probe"]
 _log = logging.getLogger(__name__)
 
 
-def connect(options: CommonOptions) -> "bmq.Session":
+def connect(options: CommonOptions, ack_timeout: float = 120.0) -> "bmq.Session":
     """A started session to ``options.broker``.
 
     Raises:
         bmq.ConnectionError: the broker cannot be reached (the message names it).
     """
-    ack_timeout = options.ack_timeout if isinstance(options, WriteOptions) else 120.0
     session_options = bmq.SessionOptions(connect_timeout=options.connect_timeout, ack_timeout=ack_timeout)
     try:
         return bmq.Session(broker=options.broker, options=session_options)
@@ -34,14 +33,14 @@ def connect(options: CommonOptions) -> "bmq.Session":
 
 
 @contextlib.contextmanager
-def open_producer(options: CommonOptions) -> Iterator["bmq.Queue"]:
+def open_producer(options: WriteOptions) -> Iterator["bmq.Queue"]:
     """A queue opened for writing on a fresh session, both closed on exit.
 
     Raises:
         bmq.ConnectionError: the broker cannot be reached.
         bmq.BrokerError: the broker refused to open the queue.
     """
-    with connect(options) as session:
+    with connect(options, options.ack_timeout) as session:
         yield session.open_queue(options.queue, write=True)
 
 
@@ -66,7 +65,7 @@ def open_consumer(options: CommonOptions, max_messages: int, max_bytes: int) -> 
         raise
 
 
-def probe(options: CommonOptions) -> None:
+def probe(options: WriteOptions) -> None:
     """Check on the driver, before Spark starts tasks, that the queue can be opened for writing.
 
     Raises:

@@ -1,8 +1,6 @@
 """The ``blazingmq`` data source: wires the options to the readers and writers."""
 from __future__ import annotations
 
-from typing import Union
-
 from pyspark.sql.datasource import DataSource, DataSourceReader, SimpleDataSourceStreamReader
 from pyspark.sql.types import StructType
 

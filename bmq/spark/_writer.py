@@ -46,6 +46,8 @@ class PartitionCommit(WriterCommitMessage):
         partition: the Spark partition id.
         attempt: the task attempt number that succeeded.
         messages: messages posted and acknowledged with SUCCESS.
+
+    Thread-safety: immutable.
     """
 
     partition: int
@@ -157,7 +159,9 @@ class _PartitionPoster:
                 self._failed.append(ack)
 
 
-def _write_partition(options: WriteOptions, layout: WriteLayout, scope: bytes, batches: Iterator[Any]) -> PartitionCommit:
+def _write_partition(
+    options: WriteOptions, layout: WriteLayout, scope: bytes, batches: Iterator[Any]
+) -> PartitionCommit:
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
     attempt = context.attemptNumber() if context is not None else 0
@@ -166,7 +170,7 @@ def _write_partition(options: WriteOptions, layout: WriteLayout, scope: bytes, b
         for batch in batches:
             poster.post(batch)
         poster.finish()
-    _log.info("blazingmq: partition %d (attempt %d) posted %d messages to %s", partition, attempt, poster.posted, options.queue)
+    _log.info("blazingmq: partition %d (attempt %d) posted %d messages", partition, attempt, poster.posted)
     return PartitionCommit(partition, attempt, poster.posted)
 
 
@@ -256,4 +260,6 @@ class BlazingMQStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         """Log the failure of a micro-batch (runs on the driver)."""
-        _log.warning("blazingmq: micro-batch %d failed after %d messages to %s", batchId, _total(messages), self._options.queue)
+        _log.warning(
+            "blazingmq: micro-batch %d failed after %d messages to %s", batchId, _total(messages), self._options.queue
+        )

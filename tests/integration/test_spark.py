@@ -150,7 +150,8 @@ def test_wrong_column_type_fails_before_sending(spark: SparkSession, broker: Bro
     with pytest.raises(Exception, match="'data' must be binary or string"):
         write(spark.range(10).select(F.col("id").alias("data")), broker, uri)
     with pytest.raises(Exception, match="a property must be"):
-        write(spark.range(10).select(F.lit("x").alias("data"), F.rand().alias("score")), broker, uri, propertyColumns="score")
+        scored = spark.range(10).select(F.lit("x").alias("data"), F.rand().alias("score"))
+        write(scored, broker, uri, propertyColumns="score")
     assert broker.queue_messages(uri) == []
 
 
@@ -231,7 +232,9 @@ def _start_copy(spark: SparkSession, broker: Broker, source: str, target: str, c
 
 
 @pytest.mark.slow
-def test_stream_moves_20k_messages_and_loses_none_across_a_failure(spark: SparkSession, broker: Broker, tmp_path: Path) -> None:
+def test_stream_moves_20k_messages_and_loses_none_across_a_failure(
+    spark: SparkSession, broker: Broker, tmp_path: Path
+) -> None:
     source, target = new_queue("stream-a"), new_queue("stream-b")
     expected: Set[bytes] = {f"s{i:05d}".encode() for i in range(20_000)}
     post(broker, source, sorted(expected))

@@ -164,7 +164,10 @@ def test_write_layout_struct_properties_keep_spark_types() -> None:
     )
     layout = _schema.WriteLayout.of(schema, [], None)
     batch = pa.record_batch(
-        {"data": [b"p"], "properties": pa.array([{"i": 7, "b": b"\x00"}], type=pa.struct([("i", pa.int32()), ("b", pa.binary())]))}
+        {
+            "data": [b"p"],
+            "properties": pa.array([{"i": 7, "b": b"\x00"}], type=pa.struct([("i", pa.int32()), ("b", pa.binary())])),
+        }
     )
     assert layout.properties(batch) == [{"i": (_codec.PROPERTY_INT32, 7), "b": (_codec.PROPERTY_BINARY, b"\x00")}]
 
@@ -175,12 +178,18 @@ def test_write_layout_struct_properties_keep_spark_types() -> None:
         (StructType([StructField("payload", BinaryType())]), [], "needs a 'data' column"),
         (StructType([StructField("data", IntegerType())]), [], "must be binary or string"),
         (
-            StructType([StructField("data", BinaryType()), StructField("properties", MapType(StringType(), DoubleType()))]),
+            StructType(
+                [StructField("data", BinaryType()), StructField("properties", MapType(StringType(), DoubleType()))]
+            ),
             [],
             "map value has type double",
         ),
         (StructType([StructField("data", BinaryType()), StructField("properties", StringType())]), [], "map<string"),
-        (StructType([StructField("data", BinaryType()), StructField("t", TimestampType())]), ["t"], "property column 't'"),
+        (
+            StructType([StructField("data", BinaryType()), StructField("t", TimestampType())]),
+            ["t"],
+            "property column 't'",
+        ),
         (StructType([StructField("data", BinaryType())]), ["nope"], "does not have"),
     ],
 )
@@ -207,7 +216,9 @@ class FakeProducerQueue:
         return futures
 
 
-def _post(rows: List[str], scope: bytes, partition: int, queue: FakeProducerQueue, guid_column: Optional[str] = None) -> bytes:
+def _post(
+    rows: List[str], scope: bytes, partition: int, queue: FakeProducerQueue, guid_column: Optional[str] = None
+) -> bytes:
     options = WriteOptions.parse({"queue": QUEUE})
     layout = _schema.WriteLayout.of(KEYED_SCHEMA, [], guid_column)
     poster = _writer._PartitionPoster(queue, layout, options, scope, partition)
@@ -261,7 +272,9 @@ def test_read_schema_and_typed_property_columns() -> None:
     assert _schema.read_schema("n INT, tag STRING") == (
         "data binary, properties map<string,string>, guid string, queue string, received timestamp, n INT, tag STRING"
     )
-    schema = read_struct(StructField("n", IntegerType()), StructField("tag", StringType()), StructField("raw", BinaryType()))
+    schema = read_struct(
+        StructField("n", IntegerType()), StructField("tag", StringType()), StructField("raw", BinaryType())
+    )
     make = _schema.message_row_factory(schema)
     now = datetime.datetime.now(datetime.timezone.utc)
     row = make(FakeMessage(3, {"n": 3, "raw": b"\x01\x02", "flag": True}), now)
