@@ -10,23 +10,24 @@ import collections
 import itertools
 import logging
 import os
-import queue as _stdqueue
 import sys
 import threading
 import time
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _codec, _properties, _schema
 from . import events as ev
+from ._dispatch import Dispatcher, fail_future, resolve_future
 from ._options import QueueOptions, SessionOptions, _compression
-from ._queue import CLOSED, CLOSING, OPEN, OPENING, PENDING, Queue, raise_for_failures
+from ._outbox import Outbox, OutboxEntry
+from ._puts import PendingPuts
+from ._queue import CLOSED, CLOSING, OPEN, OPENING, PENDING, Queue
 from ._transport import Transport, parse_broker_address
-from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus, Message
+from ._types import Ack, AckStatus, Message
 from ._uri import parse_uri
 from .exceptions import (
-    BandwidthLimitError,
     BrokerError,
     ClosedByBroker,
     ConnectionError,
@@ -56,43 +57,7 @@ _ACK_WAIT_MARGIN = 5.0
 _SUPERVISOR_TICK = 0.1
 _CONFIRM_CHUNK = 20000
 _EVENT_BACKLOG = 10000
-_STOP = object()
 _session_ids = itertools.count(1)
-
-
-def _new_futures(count: int) -> "List[Future[Any]]":
-    """``count`` fresh futures (the single place futures for posts are made)."""
-    return [Future() for _ in range(count)]
-
-
-def _resolve(future: "Future[Any]", value: Any) -> None:
-    try:
-        future.set_result(value)
-    except InvalidStateError:  # the caller cancelled it
-        pass
-
-
-def _fail(future: "Future[Any]", exc: BaseException) -> None:
-    try:
-        future.set_exception(exc)
-    except InvalidStateError:
-        pass
-
-
-class _PendingPut:
-    """What is needed to resolve and to retransmit one PUT (its GUID is the table key)."""
-
-    __slots__ = ("queue", "future", "payload", "properties", "compression", "deadline", "on_ack")
-
-    def __init__(self, queue: Queue, future: "Future[Ack]", payload: Any, properties: Optional[bytes],
-                 compression: int, deadline: float, on_ack: Optional[Callable[[Ack], None]]) -> None:
-        self.queue = queue
-        self.future = future
-        self.payload = payload
-        self.properties = properties
-        self.compression = compression
-        self.deadline = deadline
-        self.on_ack = on_ack
 
 
 class _Request:
@@ -117,7 +82,7 @@ class _Connection:
 
     def on_event(self, event_type: int, event: bytes) -> None:
         if event_type == _EVENT_ACK:
-            self.session._handle_acks(event)
+            self.session._puts.handle_acks(event)
         elif event_type == _EVENT_PUSH:
             self.session._handle_push(self, event)
         elif event_type == _EVENT_CONTROL:
@@ -125,49 +90,14 @@ class _Connection:
                 self.session._handle_control(event)
             else:
                 message, _ = _schema.decode_event(event, "negotiation")
-                _resolve(self.negotiation, message)
+                resolve_future(self.negotiation, message)
         elif logger.isEnabledFor(logging.DEBUG):
             logger.debug("ignoring event of type %d (%d bytes)", event_type, len(event))
 
     def on_failure(self, exc: BaseException) -> None:
         if not self.negotiation.done():
-            _fail(self.negotiation, exc)
+            fail_future(self.negotiation, exc)
         self.session._on_connection_failure(self, exc)
-
-
-class _Dispatcher:
-    """The thread that runs user callbacks, in submission order."""
-
-    def __init__(self, name: str, high: int, low: int, on_slow: Callable[[bool], None]) -> None:
-        self._queue: "_stdqueue.SimpleQueue[Any]" = _stdqueue.SimpleQueue()
-        self._high, self._low = high, low
-        self._on_slow = on_slow
-        self._slow = False
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        self._queue.put((fn, args))
-        if not self._slow and self._queue.qsize() > self._high:
-            self._slow = True
-            self._on_slow(True)
-
-    def stop(self) -> None:
-        self._queue.put(_STOP)
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
-            fn, args = item
-            try:
-                fn(*args)
-            except Exception:  # user code: log, keep dispatching
-                logger.exception("callback %r raised", fn)
-            if self._slow and self._queue.qsize() <= self._low:
-                self._slow = False
-                self._on_slow(False)
 
 
 class Session:
@@ -218,34 +148,40 @@ class Session:
         self._next_sub_ids: Dict[str, int] = {}
         self._subscription_ids = itertools.count(1)
         self._readers: Dict[Tuple[int, int], Queue] = {}  # (qId, sId) -> queue
-        self._pending_lock = threading.Lock()
-        self._pending_room = threading.Condition(self._pending_lock)
-        self._pending: Dict[bytes, _PendingPut] = {}
-        self._pending_bytes = 0
-        self._put_transport: Optional[Transport] = None  # set once the state is restored
         self._events: Deque[ev.SessionEvent] = collections.deque(maxlen=_EVENT_BACKLOG)
         self._events_ready = threading.Condition(threading.Lock())
         self._stopped = threading.Event()
-        self._dispatcher = _Dispatcher(
+        self._dispatcher = Dispatcher(
             f"bmq-dispatcher-{self._id}",
             options.event_queue_high_watermark,
             options.event_queue_low_watermark,
             self._on_slow_consumer,
         )
         self._host_healthy = True
+        self._outbox: Optional[Outbox] = None
+        self._recovered: Dict[str, List[OutboxEntry]] = {}
+        if options.outbox_dir is not None:
+            self._outbox = Outbox(options.outbox_dir, options.outbox_fsync)
+            for item in self._outbox.recovered:
+                self._recovered.setdefault(item.queue_uri, []).append(item)
+        self._puts = PendingPuts(options, self._dispatcher.submit, self._outbox)
+        self.outbox_recovered = sum(map(len, self._recovered.values()))
+        """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
+        GUID) when its queue is opened for writing."""
         self._supervisor = threading.Thread(target=self._supervise, name=f"bmq-supervisor-{self._id}", daemon=True)
         try:
             conn = self._connect(options.connect_timeout)
         except BaseException:
             self._state = _STOPPED
             self._dispatcher.stop()
+            if self._outbox is not None:
+                self._outbox.close()
             self._stopped.set()
             raise
         with self._lock:
             self._adopt(conn)
             self._state = _STARTED
-            with self._pending_lock:
-                self._put_transport = conn.transport
+        self._puts.restore(conn.transport, conn.new_style_properties, lambda: True)  # type: ignore[arg-type]
         self._supervisor.start()
         monitor = options.host_health_monitor
         if monitor is not None:
@@ -335,13 +271,12 @@ class Session:
             if conn is not self._conn:
                 return
             self._conn = None
-            with self._pending_lock:
-                self._put_transport = None
+            self._puts.suspend()
             lost = ConnectionLost(f"connection to {self.broker} lost: {exc}")
             for rid, request in list(self._requests.items()):
                 if not request.buffered:
                     del self._requests[rid]
-                    _fail(request.future, lost)
+                    fail_future(request.future, lost)
             for queue in self._queues.values():
                 if queue.state == OPEN:
                     queue.state = PENDING
@@ -364,7 +299,7 @@ class Session:
                     reconnect = self._state == _RECONNECTING
                 if reconnect:
                     self._reconnect()
-                self._expire_acks()
+                self._puts.expire()
         except Exception:  # a bug here must not leave callers hanging
             logger.exception("session supervisor crashed; stopping the session")
             threading.Thread(target=self.stop, name=f"bmq-stopper-{self._id}", daemon=True).start()
@@ -415,7 +350,7 @@ class Session:
                     transport.send_control(data)
                 for queue in to_reopen:
                     self._reopen(queue)
-                self._restore(conn)
+                self._puts.restore(transport, conn.new_style_properties, lambda: self._conn is conn)
             except (ConnectionLost, TimeoutError) as e:
                 logger.warning("connection lost again while restoring state: %s", e)
                 with self._lock:
@@ -446,63 +381,6 @@ class Session:
             if queue.state == PENDING:
                 queue.state = OPEN
         self._emit(ev.QueueReopened(queue.uri))
-
-    def _restore(self, conn: _Connection) -> None:
-        """Every queue reopened: re-send kept PUTs with their GUIDs, then let posts through."""
-        transport = conn.transport
-        assert transport is not None
-        with self._pending_lock:
-            if self._conn is not conn:
-                raise ConnectionLost("connection lost while restoring state")
-            entries = list(self._pending.items())
-            self._put_transport = transport
-        if entries:
-            logger.warning("re-sending %d unacknowledged message(s)", len(entries))
-        for compression in {entry.compression for _, entry in entries}:
-            group = [(guid, entry) for guid, entry in entries if entry.compression == compression]
-            for events in self._build_retransmission(group, compression, conn.new_style_properties):
-                transport.send_control(events)
-
-    def _build_retransmission(
-        self, group: List[Tuple[bytes, _PendingPut]], compression: int, new_style: bool
-    ) -> Iterable[bytes]:
-        chunk = 10000
-        for start in range(0, len(group), chunk):
-            part = group[start:start + chunk]
-            events = _codec.build_put_events(
-                [entry.queue.queue_id for _, entry in part],
-                b"".join(guid for guid, _ in part),
-                [entry.payload for _, entry in part],
-                [entry.properties for _, entry in part],
-                flags=_ACK_REQUESTED,
-                compression=compression,
-                new_style_properties=new_style,
-            )
-            yield b"".join(events)
-
-    def _expire_acks(self) -> None:
-        now = time.monotonic()
-        expired: List[Tuple[bytes, _PendingPut]] = []
-        with self._pending_lock:
-            for guid, entry in self._pending.items():
-                if entry.deadline > now:
-                    break  # insertion order = deadline order
-                expired.append((guid, entry))
-            if not expired:
-                return
-            for guid, _ in expired:
-                del self._pending[guid]
-            self._pending_bytes -= sum(len(entry.payload) for _, entry in expired)
-            self._pending_room.notify_all()
-        logger.warning("%d message(s) not acknowledged within %g s", len(expired), self.options.ack_timeout)
-        self._complete(expired, AckStatus.TIMEOUT)
-
-    def _complete(self, entries: Iterable[Tuple[bytes, _PendingPut]], status: AckStatus) -> None:
-        for guid, entry in entries:
-            ack = Ack(status, guid, entry.queue.uri)
-            _resolve(entry.future, ack)
-            if entry.on_ack is not None:
-                self._dispatcher.submit(entry.on_ack, ack)
 
     # ---- events ---------------------------------------------------------------------
     def _emit(self, event: ev.SessionEvent) -> None:
@@ -584,7 +462,7 @@ class Session:
             return
         status = message.get("status")
         if status is not None and status.get("category") != "E_SUCCESS":
-            _fail(
+            fail_future(
                 request.future,
                 BrokerError(
                     f"broker replied {status.get('category')}: {status.get('message', '')}",
@@ -594,7 +472,7 @@ class Session:
                 ),
             )
         else:
-            _resolve(request.future, message)
+            resolve_future(request.future, message)
 
     # ---- queues -----------------------------------------------------------------------
     def open_queue(
@@ -667,6 +545,8 @@ class Session:
             if queue.state == OPENING:
                 queue.state = OPEN if self._conn is not None else PENDING
         logger.info("opened %s", queue)
+        if write and self._recovered:
+            self._resend_recovered(queue)
         return queue
 
     def _open_handle(self, queue: Queue, timeout: float, *, buffered: bool) -> None:
@@ -789,13 +669,7 @@ class Session:
             for key in [key for key, reader in self._readers.items() if reader is queue]:
                 del self._readers[key]
             queue._mark_closed()
-        with self._pending_lock:
-            dropped = [(guid, entry) for guid, entry in self._pending.items() if entry.queue is queue]
-            for guid, entry in dropped:
-                del self._pending[guid]
-                self._pending_bytes -= len(entry.payload)
-            self._pending_room.notify_all()
-        self._complete(dropped, status)
+        self._puts.cancel_queue(queue, status)
 
     # ---- posting ----------------------------------------------------------------------
     def post(
@@ -865,75 +739,28 @@ class Session:
             queue.queue_id, guids, payloads, area, flags=_ACK_REQUESTED, compression=cat,
             new_style_properties=self._new_style,
         )
-        data = events[0] if len(events) == 1 else b"".join(events)
-        futures = _new_futures(count)
-        deadline = time.monotonic() + self.options.ack_timeout
-        per_message = area if isinstance(area, list) else itertools.repeat(area)
-        keys = [guids[i:i + 16] for i in range(0, 16 * count, 16)]
-        size = sum(map(len, payloads))
-        with self._pending_lock:
-            self._wait_for_room(size)
-            pending = self._pending
-            for key, future, payload, props in zip(keys, futures, payloads, per_message):
-                pending[key] = _PendingPut(queue, future, payload, props, cat, deadline, on_ack)
-            self._pending_bytes += size
-            transport = self._put_transport if queue.state == OPEN else None
-        if transport is not None:
-            try:
-                transport.send(data, self.options.channel_write_timeout)
-            except BandwidthLimitError:
-                self._unrecord(keys)
-                raise
-            except ConnectionLost:
-                pass  # kept: re-sent after the reconnect
-        return futures
+        per_message = area if isinstance(area, list) else [area] * count
+        if self._outbox is not None:
+            self._outbox.add(queue.uri, guids, payloads, per_message, cat)
+        return self._puts.track_and_send(queue, guids, payloads, per_message, cat, events, on_ack)
 
-    def _wait_for_room(self, size: int) -> None:
-        """Caller holds the pending lock: bound the memory kept for retransmission."""
-        limit = self.options.max_pending_bytes
-        if self._pending_bytes + size <= limit or not self._pending:
-            return
-        timeout = self.options.channel_write_timeout
-        deadline = time.monotonic() + timeout
-        while self._pending_bytes + size > limit and self._pending:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise BandwidthLimitError(
-                    f"{self._pending_bytes} bytes of messages await acknowledgement (limit {limit}) "
-                    f"after {timeout:g} s"
-                )
-            self._pending_room.wait(remaining)
-        if self._stopping():
-            raise SessionClosedError(f"session to {self.broker} is stopped")
-
-    def _unrecord(self, keys: List[bytes]) -> None:
-        with self._pending_lock:
-            for key in keys:
-                entry = self._pending.pop(key, None)
-                if entry is not None:
-                    self._pending_bytes -= len(entry.payload)
-            self._pending_room.notify_all()
-
-    def _handle_acks(self, event: bytes) -> None:
-        acks = _codec.iter_acks(event)
-        done = []
-        with self._pending_lock:
-            pop = self._pending.pop
-            freed = 0
-            for status, _, guid, _ in acks:
-                entry = pop(guid, None)
-                if entry is not None:
-                    done.append((status, guid, entry))
-                    freed += len(entry.payload)
-            self._pending_bytes -= freed
-            if freed:
-                self._pending_room.notify_all()
-        submit = self._dispatcher.submit
-        for status, guid, entry in done:
-            ack = Ack(ACK_STATUS_FROM_WIRE[status], guid, entry.queue.uri)
-            _resolve(entry.future, ack)
-            if entry.on_ack is not None:
-                submit(entry.on_ack, ack)
+    def _resend_recovered(self, queue: Queue) -> None:
+        """Send what a previous process left unacknowledged in the outbox for this queue,
+        with the original GUIDs (the broker de-duplicates what had arrived)."""
+        with self._lock:
+            entries = self._recovered.pop(queue.uri, [])
+        for compression in sorted({entry.compression for entry in entries}):
+            group = [entry for entry in entries if entry.compression == compression]
+            guids = b"".join(entry.guid for entry in group)
+            payloads = [entry.payload for entry in group]
+            properties = [entry.properties for entry in group]
+            events = _codec.build_put_events(
+                queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED, compression=compression,
+                new_style_properties=self._new_style,
+            )
+            self._puts.track_and_send(queue, guids, payloads, properties, compression, events, None)
+        if entries:
+            logger.warning("re-sent %d message(s) recovered from the outbox to %s", len(entries), queue.uri)
 
     def flush(self, timeout: Optional[float] = None) -> int:
         """Wait until every posted message is acknowledged (or ``timeout`` passes).
@@ -941,14 +768,7 @@ class Session:
         Returns:
             How many messages are still waiting for their ACK (0 when all are done).
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._pending_lock:
-            while self._pending:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    break
-                self._pending_room.wait(remaining if remaining is not None else 1.0)
-            return len(self._pending)
+        return self._puts.flush(timeout)
 
     def _wait(self, future: "Future[Ack]", timeout: Optional[float]) -> Ack:
         limit = self.options.ack_timeout + _ACK_WAIT_MARGIN if timeout is None else timeout
@@ -1108,13 +928,8 @@ class Session:
             conn.transport.join(max(0.0, deadline - time.monotonic()))
         closed = SessionClosedError(f"session to {self.broker} stopped")
         for request in requests.values():
-            _fail(request.future, closed)
-        with self._pending_lock:
-            self._put_transport = None
-            entries, self._pending = list(self._pending.items()), {}
-            self._pending_bytes = 0
-            self._pending_room.notify_all()
-        self._complete(entries, AckStatus.NOT_CONNECTED)
+            fail_future(request.future, closed)
+        self._puts.close()
         for queue in queues:
             queue._mark_closed()
         current = threading.current_thread()

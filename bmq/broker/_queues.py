@@ -9,11 +9,11 @@ Thread-safety: not thread-safe by itself; every call must hold the broker lock.
 from __future__ import annotations
 
 import collections
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
 
-from .. import _codec
+from .. import _codec, _uri
+from ..exceptions import InvalidURIError
 from ._subscriptions import Expression, ExpressionError
 
 __all__ = [
@@ -39,12 +39,6 @@ ACK_LIMIT_MESSAGES = 1
 ACK_LIMIT_BYTES = 2
 ACK_UNKNOWN = 5
 
-_URI = re.compile(
-    r"^bmq://(?P<domain>[A-Za-z0-9_.-]+?)(?:\.~(?P<tier>[A-Za-z0-9-]+))?"
-    r"/(?P<queue>[A-Za-z0-9_.-]{1,64})(?:\?id=(?P<app>[A-Za-z0-9_.-]+))?$"
-)
-
-
 class StatusError(Exception):
     """A control request the broker answers with a failure ``status``.
 
@@ -69,14 +63,13 @@ def parse_uri(uri: str) -> Tuple[str, str, Optional[str]]:
     """``(domain, canonical_uri, app_id or None)`` of a queue URI (FACTS §13).
 
     Raises:
-        StatusError: E_REFUSED, as the broker answers an OpenQueue with a bad URI.
+        StatusError: E_REFUSED with the parser's message, as bmqbrkr answers a bad URI.
     """
-    match = _URI.match(uri)
-    if match is None:
-        raise StatusError("E_REFUSED", f"invalid URI '{uri}'", -1)
-    domain = match.group("domain")
-    canonical = uri.split("?", 1)[0]
-    return domain, canonical, match.group("app")
+    try:
+        parsed = _uri.parse_uri(uri)
+    except InvalidURIError as exc:
+        raise StatusError("E_REFUSED", str(exc), -1) from exc
+    return parsed.domain, parsed.canonical, parsed.app_id
 
 
 @dataclass(frozen=True)
@@ -276,7 +269,6 @@ class Queue:
         }
         self._dedup: Dict[bytes, float] = {}
         self._dedup_order: Deque[Tuple[float, bytes]] = collections.deque()
-        self.handles = 0  # open handles, for logging/cleanup
 
     # ---- storage ---------------------------------------------------------------------
     def is_duplicate(self, guid: bytes, now: float) -> bool:
@@ -456,10 +448,6 @@ class Queue:
                     _add_push(out, consumer, message, 0)
         for session, specs in out.items():
             self._send_pushes(session, specs)
-
-    def stats(self) -> Dict[str, int]:
-        """Counts for logging and tests."""
-        return {"messages": len(self.messages), "bytes": self.bytes}
 
 
 def _add_push(out: Dict[Any, List[tuple]], consumer: Consumer, message: StoredMessage, flags: int) -> None:

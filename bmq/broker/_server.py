@@ -126,6 +126,8 @@ class ClientSession:
         self.handles: Dict[int, QueueHandle] = {}
         self.closed_queue_ids: set = set()
         self.alive = True  # received something since the last heartbeat check
+        # ACKs of the PUTs read in one recv(), sent as one ACK event (see _flush_acks).
+        self.pending_acks: List[Tuple[int, int, bytes, int]] = []
         self.missed_heartbeats = 0
         self._broker = broker
         self._sock = sock
@@ -152,10 +154,6 @@ class ClientSession:
         for thread in (self._reader, self._writer):
             if thread is not threading.current_thread() and thread.ident is not None:
                 thread.join(timeout)
-
-    @property
-    def closed(self) -> bool:
-        return self._closing
 
     # ---- output ----------------------------------------------------------------------
     def send(self, data: bytes, block: bool = False) -> bool:
@@ -244,6 +242,7 @@ class ClientSession:
                     self._broker._handle_event(self, event)
                     if self._closing:
                         break
+                self._broker._flush_acks(self)
         except ProtocolError as exc:
             logger.warning("client %s sent a malformed frame, closing its connection: %s", self.peer, exc)
         except OSError as exc:
@@ -305,6 +304,7 @@ class Broker:
         self.faults = Faults(self)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
+        self._waiters = 0  # threads in wait_for: skip notify_all on the hot path otherwise
         self._queues: Dict[str, Queue] = {}
         self._sessions: Dict[int, ClientSession] = {}
         self._session_ids = itertools.count(1)
@@ -433,7 +433,7 @@ class Broker:
             session = ClientSession(self, sock, f"{address[0]}:{address[1]}", next(self._session_ids))
             with self._lock:
                 self._sessions[session.id] = session
-                self._changed.notify_all()
+                self._notify()
             logger.info("client %d connected from %s", session.id, session.peer)
             session.start()
 
@@ -470,7 +470,16 @@ class Broker:
             Whether it became true within ``timeout`` seconds.
         """
         with self._changed:
-            return bool(self._changed.wait_for(predicate, timeout))
+            self._waiters += 1
+            try:
+                return bool(self._changed.wait_for(predicate, timeout))
+            finally:
+                self._waiters -= 1
+
+    def _notify(self) -> None:
+        """Wake :meth:`wait_for` callers; call with the lock held."""
+        if self._waiters:
+            self._changed.notify_all()
 
     # ---- heartbeats ------------------------------------------------------------------
     def _schedule_heartbeat(self) -> None:
@@ -527,6 +536,7 @@ class Broker:
         elif event_type == _codec.EVENT_CONFIRM:
             self._on_confirm(session, event)
         elif event_type == _codec.EVENT_CONTROL:
+            self._flush_acks(session)  # a close/disconnect answer must not overtake ACKs
             self._on_control(session, event)
         else:
             logger.warning("client %s: dropping unexpected event type %d", session.peer, event_type)
@@ -574,7 +584,7 @@ class Broker:
             session.close(flush=True)
             return
         session.negotiated = True
-        logger.info(
+        logger.debug(
             "client %d (%s) negotiated: %s pid %s, %s",
             session.id,
             session.peer,
@@ -640,7 +650,7 @@ class Broker:
         try:
             with self._lock:
                 reply = handler(self, session, message[choice])
-                self._changed.notify_all()
+                self._notify()
         except StatusError as exc:
             logger.info("client %d: %s failed: %s %s", session.id, choice, exc.category, exc.message)
             reply = ("status", exc.as_status())
@@ -681,7 +691,6 @@ class Broker:
             raise StatusError("E_INVALID_ARGUMENT", f"qId {q_id} is already used for '{handle.uri}'")
         if handle is None:
             handle = session.handles[q_id] = QueueHandle(session, q_id, queue, canonical)
-            queue.handles += 1
             session.closed_queue_ids.discard(q_id)
         handle.write_count += writes
         if reads > 0:
@@ -760,7 +769,6 @@ class Broker:
         for stream in handle.substreams.values():
             handle.queue.remove_stream(stream)
         handle.substreams.clear()
-        handle.queue.handles -= 1
         del session.handles[handle.q_id]
         session.closed_queue_ids.add(handle.q_id)
 
@@ -768,7 +776,7 @@ class Broker:
         for handle in list(session.handles.values()):
             self._release_handle(session, handle)
         session.disconnected = True
-        logger.info("client %d (%s) disconnecting", session.id, session.peer)
+        logger.debug("client %d (%s) disconnecting", session.id, session.peer)
         return "disconnectResponse", {}
 
     _REQUESTS: Dict[str, Callable[["Broker", ClientSession, Dict[str, Any]], Tuple[str, Dict[str, Any]]]] = {
@@ -786,7 +794,7 @@ class Broker:
         except ProtocolError as exc:
             logger.warning("client %s: dropping malformed PUT event: %s", session.peer, exc)
             return
-        acks: List[Tuple[int, int, bytes, int]] = []
+        acks = session.pending_acks
         now = _clock()
         check_crc = self.check_crc
         take_nack = self.faults.take_nack
@@ -829,11 +837,14 @@ class Broker:
                             queue.accept(StoredMessage(guid, app_data, flags, compression, schema_id), now)
                 if status or wants_ack:
                     acks.append((status, correlation_id, guid, q_id))
-            self._changed.notify_all()
-        if acks:
-            self._send_acks(session, _codec.build_ack_event(acks))
+            self._notify()
 
-    def _send_acks(self, session: ClientSession, event: bytes) -> None:
+    def _flush_acks(self, session: ClientSession) -> None:
+        acks = session.pending_acks
+        if not acks:
+            return
+        session.pending_acks = []
+        event = _codec.build_ack_event(acks)
         faults = self.faults
         if faults.acks_withheld:
             session.withhold(event)
@@ -857,7 +868,7 @@ class Broker:
                     continue
                 if not handle.queue.confirm(stream, guid):  # type: ignore[union-attr]
                     logger.warning("client %s: CONFIRM of unknown GUID %s", session.peer, guid.hex())
-            self._changed.notify_all()
+            self._notify()
 
     def _send_pushes(self, session: ClientSession, specs: List[tuple]) -> None:
         if not session.reads_new_properties:
@@ -870,7 +881,7 @@ class Broker:
             for handle in list(session.handles.values()):
                 self._release_handle(session, handle)
             self._sessions.pop(session.id, None)
-            self._changed.notify_all()
+            self._notify()
         logger.info("client %d (%s) disconnected", session.id, session.peer)
 
 

@@ -481,3 +481,71 @@ def test_stop_is_idempotent_and_closes_clients() -> None:
     assert c.wait_closed()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", b.port), timeout=1).close()
+
+
+# ---- encodings and client generations ---------------------------------------------------------
+def test_java_style_json_quirks_are_accepted(client: RawClient) -> None:
+    client.open(PRIORITY, 0, read=True)
+    # Java always sends "subscriptions": [] to deconfigure and adds an unknown "qId" key.
+    reply, body, _ = client.request(
+        "configureStream", {"qId": 0, "streamParameters": {"appId": "__default", "subscriptions": []}}
+    )
+    assert reply == "configureStreamResponse"
+    client.send(
+        _codec.encode_control_event(
+            b'{"rId":99,"configureQueueStream":{"qId":0,"streamParameters":{"qId":0,'
+            b'"maxUnconfirmedMessages":10,"maxUnconfirmedBytes":1000,"consumerPriority":0,"consumerPriorityCount":1}}}',
+            JSON,
+        )
+    )
+    message, _ = _schema.decode_event(client.next_event(_codec.EVENT_CONTROL), "control")
+    assert message["rId"] == 99 and "configureQueueStreamResponse" in message
+
+
+def test_old_style_compressed_put_is_stored_decompressed(broker: Broker) -> None:
+    c = writer_reader(broker)
+    area = _codec.encode_properties({"k": (_codec.PROPERTY_STRING, "v")}, new_style=False)
+    payload = b"0123456789abcdef" * 256
+    [event] = _codec.build_put_events(
+        0, c.put_ids(1), [payload], area, flags=_codec.PUT_ACK_REQUESTED,
+        compression=_codec.COMPRESSION_ZLIB, new_style_properties=False,
+    )
+    assert _codec.iter_put_messages(event)[0][4] == _codec.COMPRESSION_ZLIB
+    c.send(event)
+    assert c.acks(1)[0][0] == 0
+    [stored] = broker.queue_messages(PRIORITY)
+    assert (stored.compression, stored.payload, stored.properties) == (0, payload, {"k": (6, "v")})
+    [push] = c.pushes(1)
+    assert (push[5], push[6]) == (False, payload)
+
+
+def test_client_without_properties_ex_gets_old_style_properties(broker: Broker) -> None:
+    old = RawClient(broker.port, negotiate=False)
+    old.identity["features"] = "PROTOCOL_ENCODING:JSON"
+    old.negotiate()
+    old.open(PRIORITY, 0, read=True)
+    old.configure(0)
+    producer = RawClient(broker.port)
+    producer.open(PRIORITY, 0, write=True)
+    props = {"n": (_codec.PROPERTY_INT64, 2**40), "s": (_codec.PROPERTY_STRING, "x")}
+    producer.put(0, [b"body"], properties=props)
+    [(_, _, _, _, area, new_style, payload)] = old.pushes(1)
+    assert new_style is False
+    assert (_codec.decode_properties(area, False), payload) == (props, b"body")
+
+
+def test_authentication_before_negotiation(broker: Broker) -> None:
+    c = RawClient(broker.port, negotiate=False)
+    request = {"authenticationRequest": {"mechanism": "Basic", "data": b"user:pass"}}
+    c.send(_schema.encode_event(request, BER, "authentication"))
+    reply, encoding = _schema.decode_event(c.next_event(_codec.EVENT_AUTHENTICATION), "authentication")
+    assert encoding == BER
+    assert reply["authenticationResponse"]["status"]["category"] == "E_SUCCESS"
+    assert c.negotiate()["result"]["category"] == "E_SUCCESS"
+
+
+def test_several_subscriptions_on_one_stream(broker: Broker) -> None:
+    c = writer_reader(broker, subscriptions=[(11, "n < 10", 0), (12, "n >= 10", 0)])
+    for n in (1, 50):
+        c.put(0, [b"%d" % n], properties={"n": (_codec.PROPERTY_INT32, n)})
+    assert sorted((p[2], p[6]) for p in c.pushes(2)) == [((11,), b"1"), ((12,), b"50")]

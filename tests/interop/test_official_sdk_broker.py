@@ -76,8 +76,13 @@ def _properties(i: int) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         "big": 2**40 + i,
         "small": i % 300,
         "blob": bytes([i % 256, 1, 2]),
+        "grade": bytes([65 + i % 26]),
     }
-    types = {"big": blazingmq.PropertyType.INT64, "small": blazingmq.PropertyType.SHORT}
+    types = {
+        "big": blazingmq.PropertyType.INT64,
+        "small": blazingmq.PropertyType.SHORT,
+        "grade": blazingmq.PropertyType.CHAR,
+    }
     return values, types
 
 
