@@ -481,6 +481,9 @@ class Broker:
     def wait_for(self, predicate: Callable[[], Any], timeout: float) -> bool:
         """Wait until ``predicate()`` is true, re-checking after every state change.
 
+        ``predicate`` runs with the broker's state lock held: keep it to inspection calls
+        (:meth:`clients`, :meth:`queue_messages`), never blocking I/O.
+
         Returns:
             Whether it became true within ``timeout`` seconds.
         """
@@ -892,6 +895,7 @@ class Broker:
         except ProtocolError as exc:
             logger.warning("client %s: dropping malformed CONFIRM event: %s", session.peer, exc)
             return
+        by_stream: Dict[SubStream, List[bytes]] = {}
         with self._lock, self._batched_pushes():
             for q_id, guid, sub_id in confirms:
                 handle = session.handles.get(q_id)
@@ -899,7 +903,9 @@ class Broker:
                 if stream is None or handle.queue.domain.mode == "broadcast":  # type: ignore[union-attr]
                     logger.warning("client %s: dropping CONFIRM for qId %d subId %d", session.peer, q_id, sub_id)
                     continue
-                if not handle.queue.confirm(stream, guid):  # type: ignore[union-attr]
+                by_stream.setdefault(stream, []).append(guid)
+            for stream, guids in by_stream.items():
+                for guid in stream.handle.queue.confirm(stream, guids):
                     logger.warning("client %s: CONFIRM of unknown GUID %s", session.peer, guid.hex())
             self._notify()
 
