@@ -18,7 +18,18 @@ it verifies the CRC32-C of every PUT and NACKs a mismatch with status 5 (UNKNOWN
 Default domains (:data:`DEFAULT_DOMAINS`): ``bmq.test.mem.priority``,
 ``bmq.test.mem.fanout`` (appIds foo, bar, baz), ``bmq.test.mem.broadcast``, and
 ``bmq.test.persistent.priority`` / ``bmq.test.persistent.fanout`` (same, in memory).
-Subscription expressions follow the grammar in :mod:`bmq.broker._subscriptions`.
+Subscription expressions follow the grammar in :mod:`bmq.broker._subscriptions`; the
+fault-injection API is :class:`Faults` (``broker.faults``) plus :meth:`Broker.restart`.
+
+Known differences from bmqbrkr, all deliberate:
+
+* PUT CRC32-C is verified (mismatch: NACK status 5); bmqbrkr only stores it.
+* An event longer than ``max_event_size`` (default 512 MiB) closes the connection.
+* The heartbeat monitor starts counting at once, without bmqbrkr's ~3 minute grace period
+  for new connections, so tests can use short intervals.
+* Messages never expire (no TTL) and nothing is persisted; "persistent" domains are in memory.
+* Flow control (maxUnconfirmedMessages/Bytes) applies per subscription consumer.
+* Any authentication request is accepted (anonymous-style, no expiry).
 """
 from ._faults import Faults
 from ._queues import DEFAULT_DOMAINS, Domain, StoredMessage

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from .. import _codec, _uri
 from ..exceptions import InvalidURIError
@@ -119,65 +119,57 @@ DEFAULT_DOMAINS: Dict[str, Domain] = {
 }
 
 
-class StoredMessage:
-    """One message as the broker holds it.
+# How a queue holds a message internally: (guid, app_data, flags, compression, schema_wire_id).
+# A plain tuple of atomic values on purpose: CPython's cyclic GC stops tracking exact tuples
+# like this one, instead of rescanning every stored message over and over (more than half
+# of the broker's time per message at high rates). StoredMessage is the public view of it.
+Record = Tuple[bytes, bytes, int, int, int]
+_GUID, _APP_DATA = 0, 1
+
+
+class StoredMessage(NamedTuple):
+    """One message as the broker holds it (what :meth:`Broker.queue_messages` returns).
 
     Attributes:
         guid: 16-byte MessageGUID.
         app_data: application data as it will be pushed (properties area + payload).
-        flags: PUT flags (only MESSAGE_PROPERTIES matters for delivery).
+        flags: MESSAGE_PROPERTIES or 0.
         compression: CAT of ``app_data``.
         schema_wire_id: SchemaId; non-zero means new-style properties.
 
-    Thread-safety: immutable after storage (the lazily decoded views are idempotent).
+    Thread-safety: immutable.
     """
 
-    __slots__ = ("guid", "app_data", "flags", "compression", "schema_wire_id", "_split", "_props", "_plain")
+    guid: bytes
+    app_data: bytes
+    flags: int
+    compression: int
+    schema_wire_id: int
 
-    def __init__(self, guid: bytes, app_data: bytes, flags: int, compression: int, schema_wire_id: int) -> None:
-        self.guid = guid
-        self.app_data = app_data
-        self.flags = flags & _codec.PUT_MESSAGE_PROPERTIES
-        self.compression = compression
-        self.schema_wire_id = schema_wire_id
-        self._split: Optional[Tuple[Optional[bytes], bytes]] = None
-        self._props: Optional[Dict[str, Tuple[int, Any]]] = None
-        self._plain: Optional[Dict[str, Any]] = None
-
-    def _parts(self) -> Tuple[Optional[bytes], bytes]:
-        if self._split is None:
-            self._split = _codec.split_app_data(self.app_data, self.flags, self.compression, self.schema_wire_id)
-        return self._split
+    def split(self) -> Tuple[Optional[bytes], bytes]:
+        """``(properties area or None, payload)``, decompressed."""
+        return _codec.split_app_data(self.app_data, self.flags, self.compression, self.schema_wire_id)
 
     @property
     def payload(self) -> bytes:
         """The payload, decompressed."""
-        return self._parts()[1]
+        return self.split()[1]
 
     @property
     def properties(self) -> Dict[str, Tuple[int, Any]]:
         """``{name: (PROPERTY_*, value)}``; empty without properties."""
-        if self._props is None:
-            area = self._parts()[0]
-            self._props = {} if area is None else _codec.decode_properties(area, self.schema_wire_id != 0)
-        return self._props
-
-    @property
-    def property_values(self) -> Dict[str, Any]:
-        """``{name: value}``, what subscription expressions see."""
-        if self._plain is None:
-            self._plain = {name: value for name, (_, value) in self.properties.items()}
-        return self._plain
-
-    def __len__(self) -> int:
-        return len(self.app_data)
+        area = self.split()[0]
+        return {} if area is None else _codec.decode_properties(area, self.schema_wire_id != 0)
 
     def __repr__(self) -> str:
         return f"StoredMessage({_codec.guid_to_hex(self.guid)}, {len(self.app_data)} bytes)"
 
 
 class Consumer:
-    """One (subscription, consumer info) of a reader stream: flow control and priority."""
+    """One (subscription, consumer info) of a reader stream: flow control and priority.
+
+    Thread-safety: guarded by the broker lock.
+    """
 
     __slots__ = ("stream", "sid", "priority", "max_messages", "max_bytes", "expression", "unconfirmed", "unconfirmed_bytes")
 
@@ -188,7 +180,7 @@ class Consumer:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.expression = expression
-        self.unconfirmed: Dict[bytes, StoredMessage] = {}
+        self.unconfirmed: Dict[bytes, Record] = {}
         self.unconfirmed_bytes = 0
 
     def has_capacity(self) -> bool:
@@ -196,7 +188,10 @@ class Consumer:
 
 
 class SubStream:
-    """A reader's view of one appId of a queue, within one client's queue handle."""
+    """A reader's view of one appId of a queue, within one client's queue handle.
+
+    Thread-safety: guarded by the broker lock.
+    """
 
     __slots__ = ("handle", "sub_id", "app_id", "read_count", "consumers", "retired")
 
@@ -211,7 +206,10 @@ class SubStream:
 
 
 class QueueHandle:
-    """What one client session opened under one qId."""
+    """What one client session opened under one qId.
+
+    Thread-safety: guarded by the broker lock.
+    """
 
     __slots__ = ("session", "q_id", "queue", "uri", "write_count", "substreams")
 
@@ -234,14 +232,17 @@ PushSink = Callable[[Any, List[tuple]], None]
 
 
 class _App:
-    """Delivery state of one appId (the only one, ``__default``, outside fan-out)."""
+    """Delivery state of one appId (the only one, ``__default``, outside fan-out).
+
+    Thread-safety: guarded by the broker lock.
+    """
 
     __slots__ = ("app_id", "pending", "redelivery", "outstanding", "consumers", "rr")
 
     def __init__(self, app_id: str) -> None:
         self.app_id = app_id
-        self.pending: Dict[bytes, StoredMessage] = {}  # not delivered yet, in arrival order
-        self.redelivery: Dict[bytes, StoredMessage] = {}  # delivered, consumer went away
+        self.pending: Dict[bytes, Record] = {}  # not delivered yet, in arrival order
+        self.redelivery: Dict[bytes, Record] = {}  # delivered, consumer went away
         self.outstanding: Dict[bytes, Consumer] = {}  # delivered, not confirmed
         self.consumers: List[Consumer] = []
         self.rr = 0
@@ -261,13 +262,14 @@ class Queue:
         self.domain_name = domain_name
         self.domain = domain
         self._send_pushes = send_pushes
-        self.messages: Dict[bytes, StoredMessage] = {}
+        self.messages: Dict[bytes, Record] = {}
         self._refs: Dict[bytes, int] = {}  # guid -> number of apps still holding it
         self.bytes = 0
         self.apps: Dict[str, _App] = {
             app_id: _App(app_id) for app_id in (domain.app_ids or (DEFAULT_APP_ID,))
         }
         self._dedup: Dict[bytes, float] = {}
+        self._values: Dict[bytes, Dict[str, Any]] = {}  # guid -> {name: value}, for expressions
         self._dedup_order: Deque[Tuple[float, bytes]] = collections.deque()
 
     # ---- storage ---------------------------------------------------------------------
@@ -290,19 +292,20 @@ class Queue:
             return ACK_LIMIT_BYTES
         return ACK_SUCCESS
 
-    def accept(self, message: StoredMessage, now: float) -> None:
+    def accept(self, message: Record, now: float) -> None:
         """Store (or, for broadcast, deliver) an accepted message and route it."""
+        guid = message[_GUID]
         expiry = now + self.domain.deduplication_time_ms / 1000.0
-        self._dedup[message.guid] = expiry
-        self._dedup_order.append((expiry, message.guid))
+        self._dedup[guid] = expiry
+        self._dedup_order.append((expiry, guid))
         if self.domain.mode == "broadcast":
             self._broadcast(message)
             return
-        self.messages[message.guid] = message
-        self._refs[message.guid] = len(self.apps)
-        self.bytes += len(message.app_data)
+        self.messages[guid] = message
+        self._refs[guid] = len(self.apps)
+        self.bytes += len(message[_APP_DATA])
         for app in self.apps.values():
-            app.pending[message.guid] = message
+            app.pending[guid] = message
             if app.consumers:
                 self._dispatch(app)
 
@@ -312,13 +315,14 @@ class Queue:
             self._refs[guid] = remaining
             return
         del self._refs[guid]
-        message = self.messages.pop(guid)
-        self.bytes -= len(message.app_data)
+        self._values.pop(guid, None)
+        self.bytes -= len(self.messages.pop(guid)[_APP_DATA])
 
     def clear(self) -> None:
         """Drop every message (restart without keeping queue contents)."""
         self.messages.clear()
         self._refs.clear()
+        self._values.clear()
         self.bytes = 0
         self._dedup.clear()
         self._dedup_order.clear()
@@ -330,14 +334,14 @@ class Queue:
     def held_messages(self, app_id: Optional[str]) -> List[StoredMessage]:
         """Messages held for ``app_id`` (all held messages when None), oldest first."""
         if app_id is None:
-            return list(self.messages.values())
+            return [StoredMessage(*m) for m in self.messages.values()]
         app = self.apps.get(app_id)
         if app is None:
             raise KeyError(f"queue {self.uri} has no appId {app_id!r}")
         held = {guid: self.messages[guid] for guid in app.outstanding}
         held.update(app.redelivery)
         held.update(app.pending)
-        return sorted(held.values(), key=_arrival_order(self.messages))
+        return [StoredMessage(*m) for m in sorted(held.values(), key=_arrival_order(self.messages))]
 
     # ---- consumers -------------------------------------------------------------------
     def app(self, app_id: str) -> Optional[_App]:
@@ -359,7 +363,7 @@ class Queue:
         app = self.apps[stream.app_id]
         for consumer in stream.consumers:
             app.consumers.remove(consumer)
-        returned: Dict[bytes, StoredMessage] = {}
+        returned: Dict[bytes, Record] = {}
         for consumer in stream.consumers + stream.retired:
             for guid, message in consumer.unconfirmed.items():
                 del app.outstanding[guid]
@@ -382,7 +386,7 @@ class Queue:
             return False
         del app.outstanding[guid]
         message = consumer.unconfirmed.pop(guid)
-        consumer.unconfirmed_bytes -= len(message.app_data)
+        consumer.unconfirmed_bytes -= len(message[_APP_DATA])
         if not consumer.unconfirmed and consumer in stream.retired:
             stream.retired.remove(consumer)
         self._release(guid)
@@ -399,6 +403,8 @@ class Queue:
         for source, flags in ((app.redelivery, _codec.PUSH_OUT_OF_ORDER), (app.pending, 0)):
             delivered = []
             for guid, message in source.items():
+                if not simple and not any(c.has_capacity() for c in app.consumers):
+                    break  # spares evaluating expressions over a whole backlog per PUT
                 consumer = self._choose(app, message, simple)
                 if consumer is None:
                     if simple:
@@ -406,7 +412,7 @@ class Queue:
                     continue
                 delivered.append(guid)
                 consumer.unconfirmed[guid] = message
-                consumer.unconfirmed_bytes += len(message.app_data)
+                consumer.unconfirmed_bytes += len(message[_APP_DATA])
                 app.outstanding[guid] = consumer
                 _add_push(out, consumer, message, flags)
             for guid in delivered:
@@ -416,13 +422,22 @@ class Queue:
         for session, specs in out.items():
             self._send_pushes(session, specs)
 
-    @staticmethod
-    def _choose(app: _App, message: StoredMessage, simple: bool) -> Optional[Consumer]:
+    def property_values(self, message: Record) -> Dict[str, Any]:
+        """``{name: value}`` of a stored message's properties (what expressions see), cached."""
+        guid = message[_GUID]
+        values = self._values.get(guid)
+        if values is None:
+            values = {name: value for name, (_, value) in StoredMessage(*message).properties.items()}
+            if guid in self.messages:
+                self._values[guid] = values
+        return values
+
+    def _choose(self, app: _App, message: Record, simple: bool) -> Optional[Consumer]:
         consumers = app.consumers
         if simple:
             candidates = consumers
         else:
-            props = message.property_values
+            props = self.property_values(message)
             candidates = [c for c in consumers if c.expression.matches(props)]
             if not candidates:
                 return None
@@ -435,10 +450,10 @@ class Queue:
                 return consumer
         return None
 
-    def _broadcast(self, message: StoredMessage) -> None:
+    def _broadcast(self, message: Record) -> None:
         out: Dict[Any, List[tuple]] = {}
         for app in self.apps.values():
-            props = None if all(c.expression.matches_all for c in app.consumers) else message.property_values
+            props = None if all(c.expression.matches_all for c in app.consumers) else self.property_values(message)
             candidates = [c for c in app.consumers if props is None or c.expression.matches(props)]
             if not candidates:
                 continue
@@ -450,25 +465,18 @@ class Queue:
             self._send_pushes(session, specs)
 
 
-def _add_push(out: Dict[Any, List[tuple]], consumer: Consumer, message: StoredMessage, flags: int) -> None:
+def _add_push(out: Dict[Any, List[tuple]], consumer: Consumer, message: Record, flags: int) -> None:
     handle = consumer.stream.handle
+    guid, app_data, message_flags, compression, schema_wire_id = message
     out.setdefault(handle.session, []).append(
-        (
-            handle.q_id,
-            message.guid,
-            (consumer.sid,),
-            message.app_data,
-            message.flags | flags,
-            message.compression,
-            message.schema_wire_id,
-        )
+        (handle.q_id, guid, (consumer.sid,), app_data, message_flags | flags, compression, schema_wire_id)
     )
 
 
-def _arrival_order(messages: Dict[bytes, StoredMessage]) -> Callable[[StoredMessage], int]:
+def _arrival_order(messages: Dict[bytes, Record]) -> Callable[[Record], int]:
     """Sort key putting messages in the order the queue received them."""
     index = {guid: i for i, guid in enumerate(messages)}
-    return lambda message: index.get(message.guid, len(index))
+    return lambda message: index.get(message[_GUID], len(index))
 
 
 def make_consumers(stream: SubStream, subscriptions: Iterable[Dict[str, Any]]) -> List[Consumer]:

@@ -53,13 +53,17 @@ _SDK_GATES = {"E_CPP": (10500, 10900), "E_JAVA": (2, 2)}
 _QUEUE_READ, _QUEUE_WRITE = 2, 4
 _RESERVED_QUEUE_ID = 4294967286
 _ZERO_GUID = bytes(16)
+_PROPERTIES = _codec.PUT_MESSAGE_PROPERTIES
 _OUTGOING_HIGH_WATERMARK = 64 * 1024 * 1024
 _RECV_SIZE = 256 * 1024
 _clock = time.monotonic  # the dedup window's clock (tests replace it)
 
 
 class _Scheduler:
-    """A single timer thread running callables at given times (heartbeats, delays)."""
+    """A single timer thread running callables at given times (heartbeats, delays).
+
+    Thread-safety: ``call_later`` and ``stop`` may be called from any thread.
+    """
 
     def __init__(self) -> None:
         self._heap: List[Tuple[float, int, Callable[..., Any], tuple]] = []
@@ -279,6 +283,13 @@ class Broker:
         max_event_size: largest event accepted; a longer length word closes the connection.
         check_crc: verify the CRC32-C of every PUT and NACK (status 5) a mismatch; the real
             broker does not check it (FACTS §2.5), a test broker should.
+
+    Attributes:
+        faults: the fault-injection switches (:class:`~bmq.broker.Faults`).
+        domains: the domain configuration; change it only before :meth:`start`.
+
+    Inspection for tests: :attr:`address`, :attr:`port`, :meth:`clients`,
+    :meth:`queue_messages`, :meth:`wait_for`.
 
     Thread-safety: every public method is safe from any thread.
     """
@@ -834,7 +845,7 @@ class Broker:
                             app_data, compression = _decompress_old_style(app_data, flags, compression)
                         status = queue.check_quota(len(app_data))
                         if status == 0:
-                            queue.accept(StoredMessage(guid, app_data, flags, compression, schema_id), now)
+                            queue.accept((guid, app_data, flags & _PROPERTIES, compression, schema_id), now)
                 if status or wants_ack:
                     acks.append((status, correlation_id, guid, q_id))
             self._notify()

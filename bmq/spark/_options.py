@@ -1,0 +1,192 @@
+"""Spark option strings -> validated, typed settings of the ``blazingmq`` data source.
+
+Spark hands every option over as a string in a case-insensitive mapping; each setting is
+parsed once, on the driver, so that a typo fails the query before any data moves.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping, Optional, Tuple, TypeVar
+
+from bmq._uri import parse_uri
+
+__all__ = ["DEFAULT_BROKER", "CommonOptions", "WriteOptions", "ReadOptions", "StreamOptions"]
+
+DEFAULT_BROKER = "tcp://localhost:30114"
+
+_T = TypeVar("_T")
+_MIB = 1024 * 1024
+
+
+def _get(options: Mapping[str, str], name: str, parse: Callable[[str], _T], default: _T) -> _T:
+    raw = options.get(name)
+    if raw is None or str(raw).strip() == "":
+        return default
+    try:
+        return parse(str(raw).strip())
+    except ValueError as e:
+        raise ValueError(f"blazingmq option {name!r}: {e}") from None
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(f"must be a positive integer, not {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(f"must be a positive number of seconds, not {text!r}")
+    return value
+
+
+def _bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError(f"must be true or false, not {text!r}")
+
+
+def _names(text: str) -> Tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(","))
+    if any(not name for name in names):
+        raise ValueError(f"must be comma-separated column names, not {text!r}")
+    return names
+
+
+def _queue(options: Mapping[str, str]) -> str:
+    uri = options.get("queue")
+    if not uri:
+        raise ValueError(
+            "blazingmq: the 'queue' option is required, e.g. .option('queue', 'bmq://bmq.test.mem.priority/q')"
+        )
+    parse_uri(uri)  # raises bmq.InvalidURIError naming the faulty part
+    return uri
+
+
+@dataclasses.dataclass(frozen=True)
+class CommonOptions:
+    """Settings shared by every direction.
+
+    Attributes:
+        broker: ``tcp://host:port`` of the broker (option ``broker``).
+        queue: the queue URI (option ``queue``, required).
+        connect_timeout: seconds to connect and negotiate (option ``connectTimeout``).
+
+    Thread-safety: immutable.
+    """
+
+    broker: str
+    queue: str
+    connect_timeout: float
+
+    @staticmethod
+    def _common(options: Mapping[str, str]) -> dict:
+        return {
+            "broker": options.get("broker") or DEFAULT_BROKER,
+            "queue": _queue(options),
+            "connect_timeout": _get(options, "connectTimeout", _positive_float, 10.0),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteOptions(CommonOptions):
+    """Settings of the batch and streaming writers.
+
+    Attributes:
+        property_columns: columns promoted to message properties (option ``propertyColumns``).
+        guid_column: a column whose value (with the queue URI) keys each message's GUID
+            instead of its position (option ``guidColumn``), e.g. ``guid`` when copying
+            between queues, so that a redelivered source message is de-duplicated downstream.
+        ack_timeout: seconds to wait for the broker's ACKs of one task (option ``ackTimeout``).
+    """
+
+    property_columns: Tuple[str, ...] = ()
+    guid_column: Optional[str] = None
+    ack_timeout: float = 120.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
+        """Validated settings from Spark's options.
+
+        Raises:
+            ValueError: a missing or malformed option (bmq.InvalidURIError for the queue).
+        """
+        return cls(
+            **cls._common(options),
+            property_columns=_get(options, "propertyColumns", _names, ()),
+            guid_column=options.get("guidColumn") or None,
+            ack_timeout=_get(options, "ackTimeout", _positive_float, 120.0),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions(CommonOptions):
+    """Settings of the batch reader (``spark.read``).
+
+    Attributes:
+        max_messages: stop after this many messages in all (option ``maxMessages``).
+        idle_timeout: stop when no message came for this many seconds (option ``idleTimeout``).
+        num_partitions: consuming sessions (Spark tasks) sharing the drain (``numPartitions``).
+        confirm: confirm what was read (option ``confirm``); false leaves the queue as it was.
+        property_schema: DDL of typed property columns (option ``propertySchema``).
+    """
+
+    max_messages: int = 10_000
+    idle_timeout: float = 2.0
+    num_partitions: int = 1
+    confirm: bool = True
+    property_schema: str = ""
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "ReadOptions":
+        """Validated settings from Spark's options.
+
+        Raises:
+            ValueError: a missing or malformed option.
+        """
+        return cls(
+            **cls._common(options),
+            max_messages=_get(options, "maxMessages", _positive_int, 10_000),
+            idle_timeout=_get(options, "idleTimeout", _positive_float, 2.0),
+            num_partitions=_get(options, "numPartitions", _positive_int, 1),
+            confirm=_get(options, "confirm", _bool, True),
+            property_schema=options.get("propertySchema") or "",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamOptions(CommonOptions):
+    """Settings of the streaming reader (``spark.readStream``).
+
+    Attributes:
+        max_messages_per_batch: messages per micro-batch at most (``maxMessagesPerBatch``).
+        max_bytes_per_batch: payload bytes per micro-batch at most, except that a batch
+            always takes at least one message (``maxBytesPerBatch``).
+        poll_timeout: seconds a micro-batch waits for its first message (``pollTimeout``).
+        property_schema: DDL of typed property columns (option ``propertySchema``).
+    """
+
+    max_messages_per_batch: int = 10_000
+    max_bytes_per_batch: int = 32 * _MIB
+    poll_timeout: float = 0.5
+    property_schema: str = ""
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "StreamOptions":
+        """Validated settings from Spark's options.
+
+        Raises:
+            ValueError: a missing or malformed option.
+        """
+        return cls(
+            **cls._common(options),
+            max_messages_per_batch=_get(options, "maxMessagesPerBatch", _positive_int, 10_000),
+            max_bytes_per_batch=_get(options, "maxBytesPerBatch", _positive_int, 32 * _MIB),
+            poll_timeout=_get(options, "pollTimeout", _positive_float, 0.5),
+            property_schema=options.get("propertySchema") or "",
+        )

@@ -1,0 +1,74 @@
+"""The batch reader: each partition drains messages in its own task until a limit or idleness.
+
+Semantics (also in ``docs/spark.md``): a partition takes messages until it has its share of
+``maxMessages`` or none arrived for ``idleTimeout`` seconds. Its messages are confirmed only
+after Spark has taken the partition's last row; a task that fails or stops early confirms
+nothing, and the broker redelivers. With ``confirm=false`` nothing is confirmed at all (a
+snapshot that leaves the queue as it was, once the sessions close).
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from typing import Any, Iterator, List, Tuple
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from bmq._codec import MAX_PAYLOAD_SIZE
+
+from . import _session
+from ._options import ReadOptions
+from ._schema import message_row_factory
+
+__all__ = ["BlazingMQReader"]
+
+_log = logging.getLogger(__name__)
+
+
+class BlazingMQReader(DataSourceReader):
+    """Reader of ``spark.read.format("blazingmq")``: a destructive drain (see module docs).
+
+    Thread-safety: Spark calls each method from one thread.
+    """
+
+    def __init__(self, options: ReadOptions, schema: StructType):
+        self._options = options
+        self._schema = schema
+
+    def partitions(self) -> List[InputPartition]:
+        """``numPartitions`` partitions, each with its share of ``maxMessages``."""
+        count = self._options.num_partitions
+        share, extra = divmod(self._options.max_messages, count)
+        return [InputPartition(share + (1 if index < extra else 0)) for index in range(count)]
+
+    def read(self, partition: InputPartition) -> Iterator[Tuple[Any, ...]]:
+        """Drain up to this partition's share of messages, yielding one row each.
+
+        Raises:
+            bmq.ConnectionError: the broker cannot be reached.
+            bmq.BrokerError: the broker refused to open the queue.
+        """
+        share = partition.value
+        if share <= 0:
+            return
+        options = self._options
+        make_row = message_row_factory(self._schema)
+        # Nothing is confirmed before the end, so the whole share may be unconfirmed at once.
+        session, queue = _session.open_consumer(options, max_messages=share, max_bytes=share * MAX_PAYLOAD_SIZE)
+        try:
+            taken: List[Any] = []
+            deadline = time.monotonic() + options.idle_timeout
+            while len(taken) < share:
+                message = queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                if message is None:
+                    break
+                taken.append(message)
+                deadline = time.monotonic() + options.idle_timeout
+                yield make_row(message, datetime.datetime.now(datetime.timezone.utc))
+            if options.confirm and taken:
+                session.confirm_many(taken)
+            _log.info("blazingmq: read %d messages from %s (confirm=%s)", len(taken), options.queue, options.confirm)
+        finally:
+            session.stop()

@@ -1,0 +1,297 @@
+"""Spark schemas <-> BlazingMQ messages: the column contract of the ``blazingmq`` source.
+
+Write side: which input columns become the payload and the properties, checked against the
+DataFrame's schema on the driver (so a wrong type fails before any data is sent), then applied
+to Arrow record batches in the executors. Read side: the output schema and the conversion of
+a received :class:`bmq.Message` into a row.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from bmq import _codec
+
+__all__ = [
+    "DATA_COLUMN",
+    "PROPERTIES_COLUMN",
+    "READ_FIELDS",
+    "WriteLayout",
+    "read_schema",
+    "check_read_schema",
+    "message_row_factory",
+]
+
+DATA_COLUMN = "data"
+PROPERTIES_COLUMN = "properties"
+
+# Spark type (by class) -> property type on the wire (FACTS §6.2). ByteType is a signed
+# 8-bit integer, exactly the range of CHAR.
+_PROPERTY_TYPES: Dict[type, int] = {
+    BooleanType: _codec.PROPERTY_BOOL,
+    ByteType: _codec.PROPERTY_CHAR,
+    ShortType: _codec.PROPERTY_SHORT,
+    IntegerType: _codec.PROPERTY_INT32,
+    LongType: _codec.PROPERTY_INT64,
+    StringType: _codec.PROPERTY_STRING,
+    BinaryType: _codec.PROPERTY_BINARY,
+}
+_SUPPORTED = "boolean, byte, short, int, bigint, string or binary"
+
+
+def _property_type(where: str, data_type: DataType) -> int:
+    kind = _PROPERTY_TYPES.get(type(data_type))
+    if kind is None:
+        raise TypeError(f"blazingmq: {where} has type {data_type.simpleString()}; a property must be {_SUPPORTED}")
+    return kind
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteLayout:
+    """Where the payload and the properties of each message come from.
+
+    Attributes:
+        data_is_string: the ``data`` column is a string (sent UTF-8 encoded), else binary.
+        map_type: property type of every value of a ``properties`` map column, or None.
+        struct_types: ``(field, type)`` of a ``properties`` struct column (empty if none).
+        column_types: ``(column, type)`` of the columns promoted to properties.
+        guid_column: the column keying deterministic GUIDs, or None.
+    """
+
+    data_is_string: bool
+    map_type: Optional[int]
+    struct_types: Tuple[Tuple[str, int], ...]
+    column_types: Tuple[Tuple[str, int], ...]
+    guid_column: Optional[str]
+
+    @classmethod
+    def of(cls, schema: StructType, property_columns: Sequence[str], guid_column: Optional[str]) -> "WriteLayout":
+        """Check ``schema`` for a writable DataFrame and say how to map it.
+
+        Raises:
+            TypeError: a missing ``data`` column or a column of an unsupported type.
+        """
+        fields = {field.name: field for field in schema.fields}
+        data = fields.get(DATA_COLUMN)
+        if data is None:
+            raise TypeError(
+                f"blazingmq: the DataFrame needs a '{DATA_COLUMN}' column (binary or string) for the payload; "
+                f"it has {schema.simpleString()}"
+            )
+        if not isinstance(data.dataType, (BinaryType, StringType)):
+            raise TypeError(
+                f"blazingmq: column '{DATA_COLUMN}' must be binary or string, not {data.dataType.simpleString()}"
+            )
+        map_type = None
+        struct_types: Tuple[Tuple[str, int], ...] = ()
+        props = fields.get(PROPERTIES_COLUMN)
+        if props is not None:
+            kind = props.dataType
+            if isinstance(kind, MapType):
+                if not isinstance(kind.keyType, StringType):
+                    raise TypeError(
+                        f"blazingmq: the '{PROPERTIES_COLUMN}' map must have string keys, not {kind.simpleString()}"
+                    )
+                map_type = _property_type(f"'{PROPERTIES_COLUMN}' map value", kind.valueType)
+            elif isinstance(kind, StructType):
+                struct_types = tuple(
+                    (f.name, _property_type(f"'{PROPERTIES_COLUMN}.{f.name}'", f.dataType)) for f in kind.fields
+                )
+            else:
+                raise TypeError(
+                    f"blazingmq: column '{PROPERTIES_COLUMN}' must be a map<string, ...> or a struct, "
+                    f"not {kind.simpleString()}"
+                )
+        column_types = []
+        for name in property_columns:
+            field = fields.get(name)
+            if field is None:
+                raise TypeError(f"blazingmq: propertyColumns names '{name}', which the DataFrame does not have")
+            column_types.append((name, _property_type(f"property column '{name}'", field.dataType)))
+        if guid_column is not None:
+            field = fields.get(guid_column)
+            if field is None or not isinstance(field.dataType, (StringType, BinaryType)):
+                raise TypeError(
+                    f"blazingmq: guidColumn '{guid_column}' must be a string or binary column of the DataFrame"
+                )
+        return cls(isinstance(data.dataType, StringType), map_type, struct_types, tuple(column_types), guid_column)
+
+    @property
+    def has_properties(self) -> bool:
+        """True when some column feeds message properties."""
+        return self.map_type is not None or bool(self.struct_types) or bool(self.column_types)
+
+    def payloads(self, batch: Any) -> List[bytes]:
+        """The payloads of an Arrow record batch, as bytes."""
+        values = batch.column(DATA_COLUMN).to_pylist()
+        if any(value is None for value in values):
+            raise ValueError(f"blazingmq: column '{DATA_COLUMN}' holds a null; every message needs a payload")
+        if self.data_is_string:
+            return [value.encode() for value in values]
+        return values
+
+    def properties(self, batch: Any) -> Optional[List[Optional[Dict[str, Tuple[int, Any]]]]]:
+        """One ``{name: (type, value)}`` per row (None where it has none), or None for no properties.
+
+        Null values are left out: BlazingMQ has no null property.
+        """
+        if not self.has_properties:
+            return None
+        rows: List[Dict[str, Tuple[int, Any]]] = [{} for _ in range(batch.num_rows)]
+        if self.map_type is not None:
+            kind = self.map_type
+            for row, entries in zip(rows, batch.column(PROPERTIES_COLUMN).to_pylist()):
+                for name, value in entries or ():
+                    if value is not None:
+                        row[name] = (kind, value)
+        if self.struct_types:
+            for row, struct in zip(rows, batch.column(PROPERTIES_COLUMN).to_pylist()):
+                if struct is not None:
+                    _add(row, self.struct_types, struct.get)
+        for name, kind in self.column_types:
+            for row, value in zip(rows, batch.column(name).to_pylist()):
+                if value is not None:
+                    row[name] = (kind, value)
+        return [row or None for row in rows]
+
+    def guid_keys(self, batch: Any) -> Optional[List[bytes]]:
+        """The per-row GUID keys from ``guid_column``, or None when GUIDs follow row positions.
+
+        Raises:
+            ValueError: a null key (it could not be de-duplicated).
+        """
+        if self.guid_column is None:
+            return None
+        keys = batch.column(self.guid_column).to_pylist()
+        if any(key is None for key in keys):
+            raise ValueError(f"blazingmq: guidColumn '{self.guid_column}' holds a null")
+        return [key.encode() if isinstance(key, str) else key for key in keys]
+
+
+def _add(row: Dict[str, Tuple[int, Any]], types: Sequence[Tuple[str, int]], get: Callable[[str], Any]) -> None:
+    for name, kind in types:
+        value = get(name)
+        if value is not None:
+            row[name] = (kind, value)
+
+
+# ---- read side ------------------------------------------------------------------------
+
+READ_FIELDS = (
+    StructField(DATA_COLUMN, BinaryType(), False),
+    StructField(PROPERTIES_COLUMN, MapType(StringType(), StringType(), False), False),
+    StructField("guid", StringType(), False),
+    StructField("queue", StringType(), False),
+    StructField("received", TimestampType(), False),
+)
+_RESERVED = {field.name for field in READ_FIELDS}
+
+
+def read_schema(property_schema: str) -> str:
+    """The DDL of the rows a read returns: the fixed columns, then ``property_schema``'s.
+
+    ``property_schema`` is a DDL list (``"count INT, tag STRING"``) of properties to return as
+    typed columns besides the string map; Spark parses and validates it.
+
+    Raises:
+        ValueError: a typed column reuses a fixed column's name.
+    """
+    base = ", ".join(f"{field.name} {field.dataType.simpleString()}" for field in READ_FIELDS)
+    if not property_schema.strip():
+        return base
+    for part in property_schema.split(","):
+        name = part.strip().split(" ", 1)[0].strip("`")
+        if name in _RESERVED:
+            raise ValueError(f"blazingmq: propertySchema column '{name}' clashes with a fixed column of the source")
+    return f"{base}, {property_schema}"
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    return str(value)
+
+
+def _typed(data_type: DataType) -> Callable[[Any], Any]:
+    """A converter of a property value to ``data_type``, giving None where it does not fit."""
+    if isinstance(data_type, StringType):
+        return _as_text
+    if isinstance(data_type, BinaryType):
+        return lambda value: value.encode() if isinstance(value, str) else bytes(value)
+    if isinstance(data_type, BooleanType):
+        return lambda value: value if isinstance(value, bool) else None
+    if isinstance(data_type, (ByteType, ShortType, IntegerType, LongType)):
+        return _to_int
+    raise TypeError(f"blazingmq: propertySchema column of type {data_type.simpleString()}; use {_SUPPORTED}")
+
+
+def _to_int(value: Any) -> Optional[int]:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, bytes) and len(value) == 1:  # CHAR
+        return int.from_bytes(value, "big", signed=True)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
+
+
+def check_read_schema(schema: StructType) -> None:
+    """Check that a user-given read schema starts with the source's fixed columns.
+
+    Raises:
+        TypeError: the schema does not start with data, properties, guid, queue, received.
+    """
+    names = [field.name for field in schema.fields[: len(READ_FIELDS)]]
+    expected = [field.name for field in READ_FIELDS]
+    if names != expected:
+        raise TypeError(
+            f"blazingmq: a read schema must start with the columns {', '.join(expected)} "
+            f"(then typed property columns); got {schema.simpleString()}"
+        )
+    for field in schema.fields[len(READ_FIELDS):]:
+        _typed(field.dataType)
+
+
+def message_row_factory(schema: StructType) -> Callable[[Any, datetime.datetime], Tuple[Any, ...]]:
+    """A function ``(message, received) -> row tuple`` for the output ``schema``.
+
+    Raises:
+        TypeError: a typed property column of an unsupported type.
+    """
+    extra = [(field.name, _typed(field.dataType)) for field in schema.fields[len(READ_FIELDS):]]
+
+    def row(message: Any, received: datetime.datetime) -> Tuple[Any, ...]:
+        properties = message.properties
+        typed = tuple(None if properties.get(name) is None else convert(properties[name]) for name, convert in extra)
+        return (
+            message.data,
+            {name: _as_text(value) for name, value in properties.items()},
+            message.guid.hex().upper(),
+            message.queue_uri,
+            received,
+        ) + typed
+
+    return row

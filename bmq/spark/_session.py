@@ -1,0 +1,76 @@
+"""Opening bmq sessions for the Spark source: one place that maps options to the client API.
+
+Every Spark task (executor) and the streaming driver opens its own :class:`bmq.Session`: a
+session cannot cross process boundaries, and a CONFIRM must come from the session that
+received the message.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Iterator, Tuple
+
+import bmq
+
+from ._options import CommonOptions, WriteOptions
+
+__all__ = ["connect", "open_producer", "open_consumer", "probe"]
+
+_log = logging.getLogger(__name__)
+
+
+def connect(options: CommonOptions, ack_timeout: float = 120.0) -> "bmq.Session":
+    """A started session to ``options.broker``.
+
+    Raises:
+        bmq.ConnectionError: the broker cannot be reached (the message names it).
+    """
+    session_options = bmq.SessionOptions(connect_timeout=options.connect_timeout, ack_timeout=ack_timeout)
+    try:
+        return bmq.Session(broker=options.broker, options=session_options)
+    except bmq.ConnectionError as e:
+        raise type(e)(f"blazingmq: cannot reach the broker at {options.broker}: {e}") from e
+
+
+@contextlib.contextmanager
+def open_producer(options: WriteOptions) -> Iterator["bmq.Queue"]:
+    """A queue opened for writing on a fresh session, both closed on exit.
+
+    Raises:
+        bmq.ConnectionError: the broker cannot be reached.
+        bmq.BrokerError: the broker refused to open the queue.
+    """
+    with connect(options, options.ack_timeout) as session:
+        yield session.open_queue(options.queue, write=True)
+
+
+def open_consumer(options: CommonOptions, max_messages: int, max_bytes: int) -> Tuple["bmq.Session", "bmq.Queue"]:
+    """A started session and the queue opened on it for reading; the caller stops the session.
+
+    Args:
+        options: broker and queue.
+        max_messages: the queue's ``max_unconfirmed_messages``.
+        max_bytes: the queue's ``max_unconfirmed_bytes``.
+
+    Raises:
+        bmq.ConnectionError: the broker cannot be reached.
+        bmq.BrokerError: the broker refused to open the queue.
+    """
+    session = connect(options)
+    try:
+        queue_options = bmq.QueueOptions(max_unconfirmed_messages=max_messages, max_unconfirmed_bytes=max_bytes)
+        return session, session.open_queue(options.queue, read=True, options=queue_options)
+    except BaseException:
+        session.stop()
+        raise
+
+
+def probe(options: WriteOptions) -> None:
+    """Check on the driver, before Spark starts tasks, that the queue can be opened for writing.
+
+    Raises:
+        bmq.ConnectionError: the broker cannot be reached.
+        bmq.BrokerError: the broker refused to open the queue.
+    """
+    with open_producer(options):
+        _log.debug("blazingmq: %s on %s is writable", options.queue, options.broker)

@@ -1,0 +1,187 @@
+"""The streaming reader: one consuming session on the driver, confirms on Spark's commit.
+
+Spark runs a :class:`~pyspark.sql.datasource.SimpleDataSourceStreamReader` in one long-lived
+Python process on the driver for the whole query: :meth:`read` plans a micro-batch and
+:meth:`commit` is told when Spark has durably finished one. Both run in that process, so the
+session that received a message is the one that confirms it, as BlazingMQ requires.
+
+Offsets are ``{"run": <id of this reader>, "seq": <messages handed out by it>}``. A batch of
+this run is kept (messages and rows) until committed, so :meth:`readBetweenOffsets` replays it
+exactly. A batch of an earlier run (a query restarted from its checkpoint) cannot be replayed:
+its messages were never confirmed, the broker redelivers them to this run's session when the
+old one goes away, and they come back in a later batch (at-least-once).
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import threading
+import uuid
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from pyspark.sql.datasource import SimpleDataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from bmq._codec import MAX_PAYLOAD_SIZE
+
+from . import _session
+from ._options import StreamOptions
+from ._schema import message_row_factory
+
+__all__ = ["BlazingMQStreamReader"]
+
+_log = logging.getLogger(__name__)
+
+Offset = Dict[str, Any]
+
+
+@dataclasses.dataclass
+class _Batch:
+    """Messages handed to Spark for offsets ``(start_seq, end_seq]`` and not yet committed."""
+
+    start_seq: int
+    end_seq: int
+    messages: List[Any]
+    rows: List[Tuple[Any, ...]]
+
+
+class BlazingMQStreamReader(SimpleDataSourceStreamReader):
+    """Reader of ``spark.readStream.format("blazingmq")``: at-least-once delivery.
+
+    Each micro-batch takes up to ``maxMessagesPerBatch`` messages (and about
+    ``maxBytesPerBatch`` payload bytes) that are already waiting, after waiting at most
+    ``pollTimeout`` seconds for the first. Messages are confirmed only in :meth:`commit`.
+    Spark commits batch N while it plans batch N+1, so the consumer's unconfirmed limits are
+    set to two batches: one waiting for its commit and the one being planned.
+
+    Spark constructs the reader in several processes (planning workers, executors); only the
+    driver-side streaming process calls :meth:`read`, which connects lazily.
+
+    Thread-safety: Spark calls the methods from one thread; a lock guards the state anyway
+    because :meth:`stop` may come from elsewhere.
+    """
+
+    def __init__(self, options: StreamOptions, schema: StructType):
+        self._options = options
+        self._schema = schema
+        self._run = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._connection: Optional[Tuple[Any, Any]] = None
+        self._make_row: Optional[Callable[[Any, datetime.datetime], Tuple[Any, ...]]] = None
+        self._seq = 0
+        self._batches: List[_Batch] = []
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Spark pickles the reader into executor tasks (for replays it cannot serve from the
+        # driver); a copy starts empty, as a reader of its own run.
+        return {"options": self._options, "schema": self._schema}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(state["options"], state["schema"])  # type: ignore[misc]
+
+    def initialOffset(self) -> Offset:
+        """The offset before the first message of a new query."""
+        return self._offset(0)
+
+    def read(self, start: Offset) -> Tuple[Iterator[Tuple[Any, ...]], Offset]:
+        """Take the next micro-batch of waiting messages.
+
+        Returns:
+            The rows and the end offset; ``start`` itself when no message came.
+
+        Raises:
+            bmq.ConnectionError: the broker cannot be reached.
+            bmq.BrokerError: the broker refused to open the queue.
+        """
+        with self._lock:
+            if self._mine(start) and start["seq"] != self._seq:
+                # Spark plans from the last end offset it was given; anything else means
+                # it lost track of a batch, whose messages must not be skipped silently.
+                raise RuntimeError(f"blazingmq: asked to read from {start}, but this reader is at seq {self._seq}")
+            messages = self._take()
+            if not messages:
+                return iter(()), start
+            if self._make_row is None:
+                self._make_row = message_row_factory(self._schema)
+            now = datetime.datetime.now(datetime.timezone.utc)
+            rows = [self._make_row(message, now) for message in messages]
+            batch = _Batch(self._seq, self._seq + len(messages), messages, rows)
+            self._batches.append(batch)
+            self._seq = batch.end_seq
+            if _log.isEnabledFor(logging.DEBUG):
+                _log.debug("blazingmq: batch (%d, %d] of %s", batch.start_seq, batch.end_seq, self._options.queue)
+            return iter(rows), self._offset(batch.end_seq)
+
+    def readBetweenOffsets(self, start: Offset, end: Offset) -> Iterator[Tuple[Any, ...]]:
+        """Replay the rows between two offsets of an uncommitted batch.
+
+        Returns:
+            The same rows :meth:`read` returned for this range in this run; nothing for a
+            range of an earlier run or another process (those messages are redelivered by
+            the broker and come back in a later batch).
+        """
+        with self._lock:
+            if not self._mine(end):
+                _log.warning(
+                    "blazingmq: not replaying %s..%s from an earlier run of the query; the broker "
+                    "redelivers its unconfirmed messages to this run",
+                    start,
+                    end,
+                )
+                return iter(())
+            low = start["seq"] if self._mine(start) else 0
+            rows = [row for batch in self._batches if low < batch.end_seq <= end["seq"] for row in batch.rows]
+            return iter(rows)
+
+    def commit(self, end: Offset) -> None:
+        """Confirm every message up to ``end``: Spark has finished with them.
+
+        An offset of an earlier run is ignored (that run's session is gone).
+        """
+        with self._lock:
+            if not self._mine(end) or self._connection is None:
+                return
+            done = [batch for batch in self._batches if batch.end_seq <= end["seq"]]
+            if not done:
+                return
+            session = self._connection[0]
+            session.confirm_many([message for batch in done for message in batch.messages])
+            self._batches = [batch for batch in self._batches if batch.end_seq > end["seq"]]
+            if _log.isEnabledFor(logging.DEBUG):
+                _log.debug("blazingmq: confirmed up to seq %d of %s", end["seq"], self._options.queue)
+
+    def stop(self) -> None:
+        """Close the session; unconfirmed messages go back to the broker for redelivery."""
+        with self._lock:
+            connection, self._connection = self._connection, None
+            self._batches = []
+        if connection is not None:
+            connection[0].stop()
+
+    def _offset(self, seq: int) -> Offset:
+        return {"run": self._run, "seq": seq}
+
+    def _mine(self, offset: Optional[Offset]) -> bool:
+        return bool(offset) and offset.get("run") == self._run
+
+    def _take(self) -> List[Any]:
+        if self._connection is None:
+            limit = self._options.max_bytes_per_batch
+            self._connection = _session.open_consumer(
+                self._options,
+                max_messages=2 * self._options.max_messages_per_batch,
+                # A batch may end one message past its byte budget.
+                max_bytes=2 * (limit + MAX_PAYLOAD_SIZE),
+            )
+        queue = self._connection[1]
+        message = queue.get(timeout=self._options.poll_timeout)
+        messages: List[Any] = []
+        size = 0
+        while message is not None:
+            messages.append(message)
+            size += len(message.data)
+            if len(messages) >= self._options.max_messages_per_batch or size >= self._options.max_bytes_per_batch:
+                break
+            message = queue.get(timeout=0)
+        return messages

@@ -1,0 +1,62 @@
+"""Fixtures of the Spark integration tests: one local SparkSession per test run.
+
+Spark starts its Python workers with ``PYSPARK_PYTHON``; they must import this checkout's
+``bmq`` (with its built extension), so the interpreter and ``PYTHONPATH`` are set before the
+JVM starts. Without pyspark or Java the Spark tests skip, except under ``CI=true`` where
+they fail: CI must run them.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (required under CI=true)")
+    pytest.skip(reason)
+
+
+def _java_available() -> bool:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return True
+    return shutil.which("java") is not None
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator["object"]:
+    """A ``local[2,2]`` SparkSession (2 threads; a failed task is retried once) with bmq registered."""
+    if not _java_available():
+        _missing("a Java 17+ runtime is needed for Spark (JAVA_HOME or java on PATH)")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)
+    from pyspark.sql import SparkSession
+
+    from bmq.spark import BlazingMQDataSource
+
+    session = (
+        SparkSession.builder.master("local[2,2]")
+        .appName("bmq-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(BlazingMQDataSource)
+    try:
+        yield session
+    finally:
+        session.stop()

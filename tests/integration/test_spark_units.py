@@ -1,0 +1,395 @@
+"""The Spark source's logic without a JVM: options, column mapping, stream offsets and commits.
+
+The client is replaced by small fakes so that the offset/commit/replay rules of the stream
+reader and the GUID rules of the writer are checked exactly and fast.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from concurrent.futures import Future
+from typing import Any, List, Optional
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+try:
+    import pyarrow as pa
+    from pyspark.sql.types import (
+        BinaryType,
+        DoubleType,
+        IntegerType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+except ImportError as e:  # pyspark is the optional 'spark' extra; CI must have it
+    if os.environ.get("CI", "").lower() == "true":
+        raise
+    pytest.skip(f"pyspark>=4 and pyarrow are needed: pip install 'bmq[spark]' ({e})", allow_module_level=True)
+
+import bmq  # noqa: E402
+from bmq import _codec  # noqa: E402
+from bmq.spark import _schema, _session, _stream, _writer  # noqa: E402
+from bmq.spark._options import ReadOptions, StreamOptions, WriteOptions  # noqa: E402
+from bmq.spark._reader import BlazingMQReader  # noqa: E402
+from bmq.spark._source import BlazingMQDataSource  # noqa: E402
+
+QUEUE = "bmq://bmq.test.mem.priority/spark-unit"
+
+
+# ---- fakes ----------------------------------------------------------------------------
+
+
+class FakeMessage:
+    def __init__(self, index: int, properties: Optional[dict] = None):
+        self.data = f"m{index}".encode()
+        self.guid = index.to_bytes(16, "big")
+        self.queue_uri = QUEUE
+        self.properties = properties or {}
+
+
+class FakeConsumer:
+    """Session + queue of a reader: ``get`` pops waiting messages, confirms are recorded."""
+
+    def __init__(self, messages: List[FakeMessage]):
+        self.waiting = list(messages)
+        self.confirmed: List[FakeMessage] = []
+        self.closed = False
+
+    def get(self, timeout: Optional[float] = None) -> Optional[FakeMessage]:
+        return self.waiting.pop(0) if self.waiting else None
+
+    def confirm_many(self, messages: List[FakeMessage]) -> None:
+        self.confirmed.extend(messages)
+
+    def stop(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def consumer(monkeypatch: pytest.MonkeyPatch) -> FakeConsumer:
+    fake = FakeConsumer([FakeMessage(i, {"n": i}) for i in range(25)])
+    monkeypatch.setattr(_session, "open_consumer", lambda options, max_messages, max_bytes: (fake, fake))
+    return fake
+
+
+def read_struct(*extra: StructField) -> StructType:
+    return StructType(list(_schema.READ_FIELDS) + list(extra))
+
+
+def stream_reader(per_batch: int = 10) -> _stream.BlazingMQStreamReader:
+    options = StreamOptions.parse({"queue": QUEUE, "maxMessagesPerBatch": str(per_batch)})
+    return _stream.BlazingMQStreamReader(options, read_struct())
+
+
+def test_missing_pyspark_names_the_extra_to_install() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['pyspark'] = None; import bmq.spark"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "pip install 'bmq[spark]'" in result.stderr
+
+
+# ---- options ----------------------------------------------------------------------------
+
+
+def test_options_defaults_and_parsing() -> None:
+    options = StreamOptions.parse({"queue": QUEUE, "maxMessagesPerBatch": "500", "pollTimeout": "0.1"})
+    assert (options.broker, options.max_messages_per_batch, options.poll_timeout) == ("tcp://localhost:30114", 500, 0.1)
+    write = WriteOptions.parse({"queue": QUEUE, "broker": "tcp://h:1", "propertyColumns": "a, b"})
+    assert (write.broker, write.property_columns, write.guid_column) == ("tcp://h:1", ("a", "b"), None)
+    read = ReadOptions.parse({"queue": QUEUE, "confirm": "false", "numPartitions": "3"})
+    assert (read.confirm, read.num_partitions, read.max_messages) == (False, 3, 10_000)
+
+
+@pytest.mark.parametrize(
+    "options, text",
+    [
+        ({}, "'queue' option is required"),
+        ({"queue": "not-a-uri"}, "bmq://"),
+        ({"queue": QUEUE, "maxMessagesPerBatch": "0"}, "maxMessagesPerBatch"),
+        ({"queue": QUEUE, "maxMessagesPerBatch": "ten"}, "maxMessagesPerBatch"),
+        ({"queue": QUEUE, "pollTimeout": "-1"}, "pollTimeout"),
+    ],
+)
+def test_bad_options_are_rejected_with_their_name(options: dict, text: str) -> None:
+    with pytest.raises(ValueError, match=text):
+        StreamOptions.parse(options)
+
+
+# ---- write side: column contract --------------------------------------------------------
+
+KEYED_SCHEMA = StructType([StructField("data", StringType()), StructField("key", StringType())])
+WRITE_SCHEMA = StructType(
+    [
+        StructField("data", StringType()),
+        StructField("properties", MapType(StringType(), LongType())),
+        StructField("tag", StringType()),
+        StructField("key", StringType()),
+    ]
+)
+
+
+def test_write_layout_maps_payload_map_and_promoted_columns() -> None:
+    layout = _schema.WriteLayout.of(WRITE_SCHEMA, ["tag"], None)
+    batch = pa.record_batch(
+        {
+            "data": ["a", "b"],
+            "properties": pa.array([[("n", 1)], None], type=pa.map_(pa.string(), pa.int64())),
+            "tag": ["x", None],
+            "key": ["k1", "k2"],
+        }
+    )
+    assert layout.payloads(batch) == [b"a", b"b"]
+    assert layout.properties(batch) == [
+        {"n": (_codec.PROPERTY_INT64, 1), "tag": (_codec.PROPERTY_STRING, "x")},
+        None,
+    ]
+    assert layout.guid_keys(batch) is None
+
+
+def test_write_layout_struct_properties_keep_spark_types() -> None:
+    schema = StructType(
+        [
+            StructField("data", BinaryType()),
+            StructField("properties", StructType([StructField("i", IntegerType()), StructField("b", BinaryType())])),
+        ]
+    )
+    layout = _schema.WriteLayout.of(schema, [], None)
+    batch = pa.record_batch(
+        {
+            "data": [b"p"],
+            "properties": pa.array([{"i": 7, "b": b"\x00"}], type=pa.struct([("i", pa.int32()), ("b", pa.binary())])),
+        }
+    )
+    assert layout.properties(batch) == [{"i": (_codec.PROPERTY_INT32, 7), "b": (_codec.PROPERTY_BINARY, b"\x00")}]
+
+
+@pytest.mark.parametrize(
+    "schema, columns, text",
+    [
+        (StructType([StructField("payload", BinaryType())]), [], "needs a 'data' column"),
+        (StructType([StructField("data", IntegerType())]), [], "must be binary or string"),
+        (
+            StructType(
+                [StructField("data", BinaryType()), StructField("properties", MapType(StringType(), DoubleType()))]
+            ),
+            [],
+            "map value has type double",
+        ),
+        (StructType([StructField("data", BinaryType()), StructField("properties", StringType())]), [], "map<string"),
+        (
+            StructType([StructField("data", BinaryType()), StructField("t", TimestampType())]),
+            ["t"],
+            "property column 't'",
+        ),
+        (StructType([StructField("data", BinaryType())]), ["nope"], "does not have"),
+    ],
+)
+def test_write_layout_rejects_wrong_columns(schema: StructType, columns: List[str], text: str) -> None:
+    with pytest.raises(TypeError, match=text):
+        _schema.WriteLayout.of(schema, columns, None)
+
+
+class FakeProducerQueue:
+    def __init__(self, nack: bool = False):
+        self.posts: List[tuple] = []
+        self.nack = nack
+
+    def post_many_async(
+        self, payloads: List[bytes], properties: Any = None, *, property_types: Any = None, guids: bytes = b""
+    ) -> List[Future]:
+        self.posts.append((payloads, properties, guids))
+        futures = []
+        for index in range(len(payloads)):
+            future: Future = Future()
+            status = bmq.AckStatus.LIMIT_MESSAGES if self.nack else bmq.AckStatus.SUCCESS
+            future.set_result(bmq.Ack(status, guids[16 * index : 16 * index + 16], QUEUE))
+            futures.append(future)
+        return futures
+
+
+def _post(
+    rows: List[str], scope: bytes, partition: int, queue: FakeProducerQueue, guid_column: Optional[str] = None
+) -> bytes:
+    options = WriteOptions.parse({"queue": QUEUE})
+    layout = _schema.WriteLayout.of(KEYED_SCHEMA, [], guid_column)
+    poster = _writer._PartitionPoster(queue, layout, options, scope, partition)
+    for start in range(0, len(rows), 3):  # several Arrow batches per partition
+        chunk = rows[start : start + 3]
+        poster.post(pa.record_batch({"data": chunk, "key": [f"k-{r}" for r in chunk]}))
+    poster.finish()
+    return b"".join(guids for _, _, guids in queue.posts)
+
+
+def test_guids_are_a_function_of_scope_partition_and_row_index() -> None:
+    rows = [f"r{i}" for i in range(10)]
+    first = _post(rows, b"write-1", 0, FakeProducerQueue())
+    retry = _post(rows, b"write-1", 0, FakeProducerQueue())
+    other_partition = _post(rows, b"write-1", 1, FakeProducerQueue())
+    other_write = _post(rows, b"write-2", 0, FakeProducerQueue())
+    assert first == retry
+    assert len({first[i : i + 16] for i in range(0, len(first), 16)}) == 10
+    assert first != other_partition and first != other_write
+    # A retry that stopped half-way reproduces the same prefix.
+    assert _post(rows[:5], b"write-1", 0, FakeProducerQueue()) == first[: 5 * 16]
+
+
+def test_guid_column_keys_guids_independently_of_position() -> None:
+    forward = _post(["a", "b", "c"], b"w", 0, FakeProducerQueue(), guid_column="key")
+    backward = _post(["c", "b", "a"], b"w", 7, FakeProducerQueue(), guid_column="key")
+    assert [forward[i : i + 16] for i in (0, 16, 32)] == [backward[i : i + 16] for i in (32, 16, 0)]
+
+
+def test_rows_are_grouped_by_the_type_overrides_they_need() -> None:
+    long, text = _codec.PROPERTY_INT64, _codec.PROPERTY_STRING
+    groups = _writer._by_type_overrides(
+        [{"n": (long, 1), "s": (text, "a")}, {"s": (text, "b")}, None, {"n": (long, 2)}]
+    )
+    assert groups == [
+        ([0, 3], [{"n": 1, "s": "a"}, {"n": 2}], {"n": bmq.PropertyType.INT64}),
+        ([1, 2], [{"s": "b"}, None], None),
+    ]
+
+
+def test_nacks_fail_the_task_with_their_statuses() -> None:
+    with pytest.raises(bmq.PostError, match="LIMIT_MESSAGES") as caught:
+        _post(["a", "b"], b"w", 0, FakeProducerQueue(nack=True))
+    assert len(caught.value.acks) == 2
+
+
+# ---- read side: schema and rows ------------------------------------------------------------
+
+
+def test_read_schema_and_typed_property_columns() -> None:
+    assert _schema.read_schema("n INT, tag STRING") == (
+        "data binary, properties map<string,string>, guid string, queue string, received timestamp, n INT, tag STRING"
+    )
+    schema = read_struct(
+        StructField("n", IntegerType()), StructField("tag", StringType()), StructField("raw", BinaryType())
+    )
+    make = _schema.message_row_factory(schema)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    row = make(FakeMessage(3, {"n": 3, "raw": b"\x01\x02", "flag": True}), now)
+    assert row == (
+        b"m3",
+        {"n": "3", "raw": "0102", "flag": "true"},
+        (3).to_bytes(16, "big").hex().upper(),
+        QUEUE,
+        now,
+        3,
+        None,
+        b"\x01\x02",
+    )
+
+
+def test_read_schema_rejects_a_clash_and_a_foreign_schema() -> None:
+    with pytest.raises(ValueError, match="clashes"):
+        _schema.read_schema("guid STRING")
+    with pytest.raises(TypeError, match="must start with"):
+        _schema.check_read_schema(StructType([StructField("value", StringType())]))
+
+
+# ---- stream reader: offsets, replay, commit -------------------------------------------------
+
+
+def test_stream_reader_batches_replays_and_confirms_only_on_commit(consumer: FakeConsumer) -> None:
+    reader = stream_reader(per_batch=10)
+    start = reader.initialOffset()
+    rows1, end1 = reader.read(start)
+    rows1 = list(rows1)
+    rows2, end2 = reader.read(end1)
+    rows2 = list(rows2)
+    assert [r[0] for r in rows1] == [f"m{i}".encode() for i in range(10)]
+    assert [r[0] for r in rows2] == [f"m{i}".encode() for i in range(10, 20)]
+    assert consumer.confirmed == []
+    # Exact replay of uncommitted batches, singly and together.
+    assert list(reader.readBetweenOffsets(start, end1)) == rows1
+    assert list(reader.readBetweenOffsets(end1, end2)) == rows2
+    assert list(reader.readBetweenOffsets(start, end2)) == rows1 + rows2
+    reader.commit(end1)
+    assert [m.data for m in consumer.confirmed] == [f"m{i}".encode() for i in range(10)]
+    assert list(reader.readBetweenOffsets(end1, end2)) == rows2
+    reader.commit(end2)
+    assert len(consumer.confirmed) == 20
+    rows3, end3 = reader.read(end2)
+    assert len(list(rows3)) == 5
+    # An empty queue gives back the start offset: Spark plans no batch.
+    rows4, end4 = reader.read(end3)
+    assert list(rows4) == [] and end4 == end3
+
+
+def test_stream_reader_ignores_offsets_of_an_earlier_run(consumer: FakeConsumer) -> None:
+    old = stream_reader()
+    old_start = old.initialOffset()
+    _, old_end = old.read(old_start)
+    restarted = stream_reader()
+    # The uncommitted batch of the earlier run is not replayed (the broker redelivers it) ...
+    assert list(restarted.readBetweenOffsets(old_start, old_end)) == []
+    restarted.commit(old_end)
+    assert consumer.confirmed == []
+    # ... and reading continues from the earlier run's end offset.
+    rows, end = restarted.read(old_end)
+    assert len(list(rows)) == 10 and end["run"] != old_end["run"]
+
+
+def test_a_pickled_stream_reader_is_a_fresh_reader(consumer: FakeConsumer) -> None:
+    import pickle
+
+    reader = stream_reader()
+    start = reader.initialOffset()
+    _, end = reader.read(start)
+    copy = pickle.loads(pickle.dumps(reader))
+    assert list(copy.readBetweenOffsets(start, end)) == []
+    assert copy.initialOffset()["run"] != start["run"]
+
+
+def test_stream_reader_refuses_to_skip_an_uncommitted_batch(consumer: FakeConsumer) -> None:
+    reader = stream_reader()
+    start = reader.initialOffset()
+    reader.read(start)
+    with pytest.raises(RuntimeError, match="seq"):
+        reader.read(start)
+
+
+def test_stream_reader_stop_closes_the_session(consumer: FakeConsumer) -> None:
+    reader = stream_reader()
+    reader.read(reader.initialOffset())
+    reader.stop()
+    assert consumer.closed and consumer.confirmed == []
+
+
+# ---- batch reader -------------------------------------------------------------------------
+
+
+def test_batch_reader_splits_and_confirms_after_the_last_row(consumer: FakeConsumer) -> None:
+    options = ReadOptions.parse({"queue": QUEUE, "maxMessages": "21", "numPartitions": "2", "idleTimeout": "0.1"})
+    reader = BlazingMQReader(options, read_struct())
+    partitions = reader.partitions()
+    assert [p.value for p in partitions] == [11, 10]
+    rows = reader.read(partitions[0])
+    taken = [next(rows) for _ in range(11)]
+    assert consumer.confirmed == []  # not before Spark has taken the last row
+    assert list(rows) == []
+    assert [m.data for m in consumer.confirmed] == [row[0] for row in taken]
+    assert consumer.closed
+
+
+def test_batch_reader_without_confirm_leaves_messages(consumer: FakeConsumer) -> None:
+    options = ReadOptions.parse({"queue": QUEUE, "maxMessages": "100", "confirm": "false", "idleTimeout": "0.1"})
+    reader = BlazingMQReader(options, read_struct())
+    assert len(list(reader.read(reader.partitions()[0]))) == 25
+    assert consumer.confirmed == []
+
+
+def test_data_source_name_and_schema() -> None:
+    source = BlazingMQDataSource({"queue": QUEUE, "propertySchema": "n INT"})
+    assert BlazingMQDataSource.name() == "blazingmq"
+    assert source.schema().endswith("received timestamp, n INT")
