@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 from . import _codec
 from ._dispatch import new_futures, resolve_future
 from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus
-from .exceptions import BandwidthLimitError, ConnectionLost, Error, SessionClosedError
+from .exceptions import BandwidthLimitError, ConnectionLost, Error, SessionClosedError, TimeoutError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._options import SessionOptions
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._queue import Queue
     from ._transport import Transport
 
-__all__ = ["PendingPuts"]
+__all__ = ["Batch", "PendingPuts"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,20 +34,45 @@ _RETRANSMIT_CHUNK = 10000
 OnAck = Optional[Callable[[Ack], None]]
 
 
-class _Entry:
-    """What is needed to resolve and to retransmit one PUT (its GUID is the table key)."""
+class Batch:
+    """The messages of one post call: what resolving and retransmitting them needs.
 
-    __slots__ = ("queue", "future", "payload", "properties", "compression", "deadline", "on_ack")
+    Messages share one object, so the table holds no per-message Python object (many live
+    objects make the garbage collector expensive). A blocking caller waits on ``finished``
+    and reads ``acks``; an asynchronous one gets ``futures``.
+    """
 
-    def __init__(self, queue: "Queue", future: "Future[Ack]", payload: Any, properties: Optional[bytes],
-                 compression: int, deadline: float, on_ack: OnAck) -> None:
+    __slots__ = ("queue", "payloads", "properties", "compression", "deadline", "on_ack", "futures", "acks",
+                 "index", "remaining", "finished")
+
+    def __init__(self, queue: "Queue", keys: List[bytes], payloads: List[Any], properties: Sequence[Optional[bytes]],
+                 compression: int, deadline: float, on_ack: OnAck, asynchronous: bool) -> None:
+        count = len(keys)
         self.queue = queue
-        self.future = future
-        self.payload = payload
+        self.payloads = payloads
         self.properties = properties
         self.compression = compression
         self.deadline = deadline
         self.on_ack = on_ack
+        self.futures: "Optional[List[Future[Ack]]]" = new_futures(count) if asynchronous else None
+        self.acks: List[Optional[Ack]] = [None] * count
+        self.index = dict(zip(keys, range(count)))
+        self.remaining = count
+        self.finished: Optional[threading.Event] = None if asynchronous else threading.Event()
+
+    def wait(self, timeout: float) -> List[Ack]:
+        """The acks of a blocking batch, in order.
+
+        Raises:
+            TimeoutError: not all of them within ``timeout``.
+        """
+        assert self.finished is not None
+        if not self.finished.wait(timeout):
+            raise TimeoutError(f"{self.remaining} message(s) not acknowledged within {timeout:g} s")
+        return self.acks  # type: ignore[return-value]
+
+
+_Settled = List[Tuple[Batch, int, Ack]]
 
 
 class PendingPuts:
@@ -58,7 +83,7 @@ class PendingPuts:
         submit: runs an ``on_ack`` callback on the dispatcher thread.
         outbox: the durable outbox, or None.
 
-    Thread-safety: thread-safe; futures are resolved outside the internal lock.
+    Thread-safety: thread-safe; futures and events are resolved outside the internal lock.
     """
 
     def __init__(self, options: "SessionOptions", submit: Callable[..., None], outbox: Optional["Outbox"]) -> None:
@@ -67,7 +92,7 @@ class PendingPuts:
         self._outbox = outbox
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
-        self._pending: Dict[bytes, _Entry] = {}
+        self._pending: Dict[bytes, Batch] = {}
         self._bytes = 0
         self._transport: Optional["Transport"] = None  # None while the state is not restored
         self._closed = False
@@ -80,34 +105,42 @@ class PendingPuts:
         self,
         queue: "Queue",
         guids: bytes,
-        payloads: Sequence[Any],
+        payloads: List[Any],
         properties: Sequence[Optional[bytes]],
         compression: int,
         events: List[bytes],
         on_ack: OnAck,
-    ) -> "List[Future[Ack]]":
+        asynchronous: bool,
+        caller_guids: bool = False,
+    ) -> Batch:
         """Record built PUT events, then hand them to the writer unless reconnecting.
 
+        ``caller_guids``: the GUIDs came from the caller, so check that none repeats or is
+        still pending (its first post would never be settled).
+
         Raises:
+            ValueError: a repeated or still pending caller GUID.
             BandwidthLimitError: no room within ``channel_write_timeout`` (nothing kept).
             SessionClosedError: the session stopped while waiting for room.
         """
         count = len(payloads)
         data = events[0] if len(events) == 1 else b"".join(events)
-        futures = new_futures(count)
-        deadline = time.monotonic() + self._options.ack_timeout
         keys = [guids[i:i + 16] for i in range(0, 16 * count, 16)]
+        batch = Batch(queue, keys, payloads, properties, compression, time.monotonic() + self._options.ack_timeout,
+                      on_ack, asynchronous)
         size = sum(map(len, payloads))
+        if caller_guids and len(batch.index) != count:
+            raise ValueError("the same GUID appears twice in one post")
         with self._lock:
             try:
+                if caller_guids and any(key in self._pending for key in keys):
+                    raise ValueError("a GUID of this post is still waiting for its ACK")
                 self._wait_for_room(size)
-            except Error:
+            except (Error, ValueError):
                 if self._outbox is not None:
                     self._outbox.done(keys)
                 raise
-            pending = self._pending
-            for key, future, payload, props in zip(keys, futures, payloads, properties):
-                pending[key] = _Entry(queue, future, payload, props, compression, deadline, on_ack)
+            self._pending.update(dict.fromkeys(keys, batch))
             self._bytes += size
             transport = self._transport if queue.state == _OPEN else None
         if transport is not None:
@@ -118,7 +151,7 @@ class PendingPuts:
                 raise
             except ConnectionLost:
                 pass  # kept: re-sent after the reconnect
-        return futures
+        return batch
 
     def _wait_for_room(self, size: int) -> None:
         """Caller holds the lock: bound the memory kept for retransmission."""
@@ -140,76 +173,84 @@ class PendingPuts:
     def _unrecord(self, keys: List[bytes]) -> None:
         with self._lock:
             for key in keys:
-                entry = self._pending.pop(key, None)
-                if entry is not None:
-                    self._bytes -= len(entry.payload)
+                batch = self._pending.pop(key, None)
+                if batch is not None:
+                    self._bytes -= len(batch.payloads[batch.index[key]])
             self._room.notify_all()
         if self._outbox is not None:
             self._outbox.done(keys)
 
     # ---- answers ------------------------------------------------------------------------
+    def _settle(self, batch: Batch, guid: bytes, ack: Ack, settled: _Settled) -> None:
+        """Caller holds the lock and popped ``guid``: record its final answer."""
+        i = batch.index[guid]
+        batch.acks[i] = ack
+        self._bytes -= len(batch.payloads[i])
+        batch.remaining -= 1
+        if batch.futures is not None or batch.on_ack is not None or not batch.remaining:
+            settled.append((batch, i, ack))
+
+    def _notify(self, settled: _Settled) -> None:
+        """Outside the lock: resolve futures, queue on_ack callbacks, wake blocking posters."""
+        submit = self._submit
+        for batch, i, ack in settled:
+            if batch.futures is not None:
+                resolve_future(batch.futures[i], ack)
+            elif not batch.remaining:
+                batch.finished.set()  # type: ignore[union-attr]
+            if batch.on_ack is not None:
+                submit(batch.on_ack, ack)
+
     def handle_acks(self, event: bytes) -> None:
-        """Reader thread: resolve the futures of an ACK event's messages."""
-        acks = _codec.iter_acks(event)
-        done = []
+        """Reader thread: settle the messages of an ACK event."""
+        settled: _Settled = []
+        guids = []
         with self._lock:
             pop = self._pending.pop
-            freed = 0
-            for status, _, guid, _ in acks:
-                entry = pop(guid, None)
-                if entry is not None:
-                    done.append((status, guid, entry))
-                    freed += len(entry.payload)
-            self._bytes -= freed
-            if freed:
+            for status, _, guid, _ in _codec.iter_acks(event):
+                batch = pop(guid, None)
+                if batch is not None:
+                    self._settle(batch, guid, Ack(ACK_STATUS_FROM_WIRE[status], guid, batch.queue.uri), settled)
+                    guids.append(guid)
+            if guids:
                 self._room.notify_all()
-        if self._outbox is not None and done:
-            self._outbox.done([guid for _, guid, _ in done])
-        submit = self._submit
-        for status, guid, entry in done:
-            ack = Ack(ACK_STATUS_FROM_WIRE[status], guid, entry.queue.uri)
-            resolve_future(entry.future, ack)
-            if entry.on_ack is not None:
-                submit(entry.on_ack, ack)
+        if self._outbox is not None and guids:
+            self._outbox.done(guids)
+        self._notify(settled)
 
-    def _take(self, predicate: Callable[[_Entry], bool], stop_at_first_miss: bool = False) -> List[Tuple[bytes, _Entry]]:
+    def _complete(self, predicate: Callable[[Batch], bool], status: AckStatus, in_order: bool = False) -> int:
+        """Settle every message whose batch matches with a local ``status``; final answers
+        leave the outbox, NOT_CONNECTED (the session stopped) stays for the next session.
+        ``in_order`` stops at the first message that does not match."""
+        settled: _Settled = []
         with self._lock:
             taken = []
-            for guid, entry in self._pending.items():
-                if predicate(entry):
-                    taken.append((guid, entry))
-                elif stop_at_first_miss:
+            for guid, batch in self._pending.items():
+                if predicate(batch):
+                    taken.append((guid, batch))
+                elif in_order:
                     break
-            for guid, entry in taken:
+            for guid, batch in taken:
                 del self._pending[guid]
-                self._bytes -= len(entry.payload)
+                self._settle(batch, guid, Ack(status, guid, batch.queue.uri), settled)
             if taken:
                 self._room.notify_all()
-        return taken
-
-    def _complete(self, entries: List[Tuple[bytes, _Entry]], status: AckStatus) -> None:
-        """Resolve removed entries locally; final answers leave the outbox, NOT_CONNECTED
-        (the session stopped) stays there for the next session."""
-        if self._outbox is not None and status is not AckStatus.NOT_CONNECTED and entries:
-            self._outbox.done([guid for guid, _ in entries])
-        for guid, entry in entries:
-            ack = Ack(status, guid, entry.queue.uri)
-            resolve_future(entry.future, ack)
-            if entry.on_ack is not None:
-                self._submit(entry.on_ack, ack)
+        if self._outbox is not None and status is not AckStatus.NOT_CONNECTED and taken:
+            self._outbox.done([guid for guid, _ in taken])
+        self._notify(settled)
+        return len(taken)
 
     def expire(self) -> None:
-        """Resolve entries older than ``ack_timeout`` as TIMEOUT."""
+        """Settle messages older than ``ack_timeout`` as TIMEOUT."""
         now = time.monotonic()
         # Insertion order is deadline order, so stop at the first one still in time.
-        expired = self._take(lambda entry: entry.deadline <= now, stop_at_first_miss=True)
+        expired = self._complete(lambda batch: batch.deadline <= now, AckStatus.TIMEOUT, in_order=True)
         if expired:
-            logger.warning("%d message(s) not acknowledged within %g s", len(expired), self._options.ack_timeout)
-            self._complete(expired, AckStatus.TIMEOUT)
+            logger.warning("%d message(s) not acknowledged within %g s", expired, self._options.ack_timeout)
 
     def cancel_queue(self, queue: "Queue", status: AckStatus) -> None:
-        """Resolve every entry of a closed queue with ``status``."""
-        self._complete(self._take(lambda entry: entry.queue is queue), status)
+        """Settle every message of a closed queue with ``status``."""
+        self._complete(lambda batch: batch.queue is queue, status)
 
     def flush(self, timeout: Optional[float]) -> int:
         """Wait until the table is empty or ``timeout`` passes; return what is left."""
@@ -241,20 +282,21 @@ class PendingPuts:
             self._transport = transport
         if entries:
             logger.warning("re-sending %d unacknowledged message(s)", len(entries))
-        for compression in {entry.compression for _, entry in entries}:
-            group = [(guid, entry) for guid, entry in entries if entry.compression == compression]
+        for compression in {batch.compression for _, batch in entries}:
+            group = [(guid, batch) for guid, batch in entries if batch.compression == compression]
             for data in self._retransmission(group, compression, new_style):
                 transport.send_control(data)
 
     @staticmethod
-    def _retransmission(group: List[Tuple[bytes, _Entry]], compression: int, new_style: bool) -> Iterable[bytes]:
+    def _retransmission(group: List[Tuple[bytes, Batch]], compression: int, new_style: bool) -> Iterable[bytes]:
         for start in range(0, len(group), _RETRANSMIT_CHUNK):
             part = group[start:start + _RETRANSMIT_CHUNK]
+            at = [batch.index[guid] for guid, batch in part]
             events = _codec.build_put_events(
-                [entry.queue.queue_id for _, entry in part],
+                [batch.queue.queue_id for _, batch in part],
                 b"".join(guid for guid, _ in part),
-                [entry.payload for _, entry in part],
-                [entry.properties for _, entry in part],
+                [batch.payloads[i] for (_, batch), i in zip(part, at)],
+                [batch.properties[i] for (_, batch), i in zip(part, at)],
                 flags=_ACK_REQUESTED,
                 compression=compression,
                 new_style_properties=new_style,
@@ -266,6 +308,6 @@ class PendingPuts:
         with self._lock:
             self._closed = True
             self._transport = None
-        self._complete(self._take(lambda entry: True), AckStatus.NOT_CONNECTED)
+        self._complete(lambda batch: True, AckStatus.NOT_CONNECTED)
         if self._outbox is not None:
             self._outbox.close()

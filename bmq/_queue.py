@@ -150,7 +150,8 @@ class Queue:
             BandwidthLimitError: the connection stayed above its high watermark (or the
                 retransmission buffer full) for ``channel_write_timeout``; nothing was sent.
         """
-        return self._session._post(self, (data,), properties, property_types, compression, None, on_ack)[0]
+        batch = self._session._post(self, (data,), properties, property_types, compression, None, on_ack, True)
+        return batch.futures[0]  # type: ignore[index]
 
     def post(
         self,
@@ -175,10 +176,10 @@ class Queue:
             TimeoutError: no result within ``timeout``.
             The errors of :meth:`post_async`.
         """
-        future = self.post_async(data, properties, property_types=property_types, compression=compression)
-        ack = self._session._wait(future, timeout)
-        raise_for_failures((ack,))
-        return ack
+        batch = self._session._post(self, (data,), properties, property_types, compression, None, None, False)
+        acks = batch.wait(self._session._ack_wait_limit(timeout))
+        raise_for_failures(acks)
+        return acks[0]
 
     def post_many_async(
         self,
@@ -207,7 +208,10 @@ class Queue:
         Raises:
             The errors of :meth:`post_async`; ValueError for a wrong ``guids`` length.
         """
-        return self._session._post(self, payloads, properties, property_types, compression, guids, on_ack)
+        if not payloads:
+            return []
+        batch = self._session._post(self, payloads, properties, property_types, compression, guids, on_ack, True)
+        return batch.futures  # type: ignore[return-value]
 
     def post_many(
         self,
@@ -229,10 +233,10 @@ class Queue:
             TimeoutError: not all results within ``timeout`` (default ``ack_timeout`` + margin).
             The errors of :meth:`post_many_async`.
         """
-        futures = self.post_many_async(
-            payloads, properties, property_types=property_types, compression=compression, guids=guids
-        )
-        acks = self._session._wait_all(futures, timeout)
+        if not payloads:
+            return []
+        batch = self._session._post(self, payloads, properties, property_types, compression, guids, None, False)
+        acks = batch.wait(self._session._ack_wait_limit(timeout))
         raise_for_failures(acks)
         return acks
 

@@ -22,7 +22,7 @@ from . import events as ev
 from ._dispatch import Dispatcher, fail_future, resolve_future
 from ._options import QueueOptions, SessionOptions, _compression
 from ._outbox import Outbox, OutboxEntry
-from ._puts import PendingPuts
+from ._puts import Batch, PendingPuts
 from ._queue import CLOSED, CLOSING, OPEN, OPENING, PENDING, Queue
 from ._transport import Transport, parse_broker_address
 from ._types import Ack, AckStatus, Message
@@ -717,8 +717,10 @@ class Session:
         compression: Any,
         guids: Optional[bytes],
         on_ack: Optional[Callable[[Ack], None]],
-    ) -> "List[Future[Ack]]":
-        """Build PUT events in the calling thread, record them, hand them to the writer."""
+        asynchronous: bool,
+    ) -> Batch:
+        """Build PUT events in the calling thread, record them, hand them to the writer.
+        ``asynchronous`` makes one future per message, else the caller waits on the batch."""
         if not queue.write:
             raise QueueStateError(f"{queue.uri} was not opened with write=True")
         if queue.state not in (OPEN, PENDING):
@@ -726,13 +728,14 @@ class Session:
             raise QueueStateError(f"{queue.uri} is {queue.state}")
         if queue.suspended:
             raise QueueStateError(f"{queue.uri} is suspended (host unhealthy)")
+        # Keep our own list of immutable payloads: they are re-sent after a reconnect.
+        payloads = [p if type(p) is bytes else bytes(p) for p in payloads]
         count = len(payloads)
-        if count == 0:
-            return []
         cat = (self.options.compression if compression is None else _compression(compression)).value
         area = self._encode_properties(properties, property_types, count)
+        caller_guids = guids is not None
         if guids is None:
-            guids = self._guids.generate(count)
+            guids = self._guids.generate(count) if count else b""
         elif len(guids) != 16 * count:
             raise ValueError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
         events = _codec.build_put_events(
@@ -742,7 +745,8 @@ class Session:
         per_message = area if isinstance(area, list) else [area] * count
         if self._outbox is not None:
             self._outbox.add(queue.uri, guids, payloads, per_message, cat)
-        return self._puts.track_and_send(queue, guids, payloads, per_message, cat, events, on_ack)
+        return self._puts.track_and_send(queue, guids, payloads, per_message, cat, events, on_ack, asynchronous,
+                                         caller_guids)
 
     def _resend_recovered(self, queue: Queue) -> None:
         """Send what a previous process left unacknowledged in the outbox for this queue,
@@ -758,7 +762,7 @@ class Session:
                 queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED, compression=compression,
                 new_style_properties=self._new_style,
             )
-            self._puts.track_and_send(queue, guids, payloads, properties, compression, events, None)
+            self._puts.track_and_send(queue, guids, payloads, properties, compression, events, None, True)
         if entries:
             logger.warning("re-sent %d message(s) recovered from the outbox to %s", len(entries), queue.uri)
 
@@ -770,23 +774,8 @@ class Session:
         """
         return self._puts.flush(timeout)
 
-    def _wait(self, future: "Future[Ack]", timeout: Optional[float]) -> Ack:
-        limit = self.options.ack_timeout + _ACK_WAIT_MARGIN if timeout is None else timeout
-        try:
-            return future.result(limit)
-        except FutureTimeoutError:
-            raise TimeoutError(f"no acknowledgement within {limit:g} s") from None
-
-    def _wait_all(self, futures: "Sequence[Future[Ack]]", timeout: Optional[float]) -> List[Ack]:
-        limit = self.options.ack_timeout + _ACK_WAIT_MARGIN if timeout is None else timeout
-        deadline = time.monotonic() + limit
-        acks = []
-        for future in futures:
-            try:
-                acks.append(future.result(max(0.0, deadline - time.monotonic())))
-            except FutureTimeoutError:
-                raise TimeoutError(f"not every message acknowledged within {limit:g} s") from None
-        return acks
+    def _ack_wait_limit(self, timeout: Optional[float]) -> float:
+        return self.options.ack_timeout + _ACK_WAIT_MARGIN if timeout is None else timeout
 
     # ---- consuming --------------------------------------------------------------------
     def _handle_push(self, conn: _Connection, event: bytes) -> None:

@@ -26,6 +26,7 @@ _RECV_SIZE = 1 << 20
 # Small events are joined into one sendall up to this many bytes; bigger ones go alone.
 _COALESCE_BYTES = 256 * 1024
 _IDLE_POLL = 0.5
+_DONTWAIT = getattr(socket, "MSG_DONTWAIT", None)
 _HEARTBEAT_REQ_TYPE = _codec.EVENT_HEARTBEAT_REQ
 _HEARTBEAT_RSP_TYPE = _codec.EVENT_HEARTBEAT_RSP
 _counter = itertools.count(1)
@@ -80,7 +81,8 @@ class Transport:
         self._not_empty = threading.Condition(self._lock)
         self._has_room = threading.Condition(self._lock)
         self._queue: Deque[bytes] = collections.deque()
-        self._queued = 0  # bytes queued or being written
+        self._queued = 0  # bytes queued or being written by the writer thread
+        self._writing = False  # a thread is inside a socket write: the others queue
         self._closed = False
         self.failure: Optional[BaseException] = None
         self._heartbeat_interval: Optional[float] = None
@@ -148,7 +150,28 @@ class Transport:
                             f"{self._queued} bytes still waiting for the socket after {timeout:g} s"
                         )
                     self._has_room.wait(remaining)
-            self._enqueue(data)
+            if self._queue or self._writing or self._closed or _DONTWAIT is None:
+                self._enqueue(data)
+                return
+            # Nothing queued and nobody writing: write from this thread, sparing a hand-off
+            # to the writer (latency of a single post); whatever does not fit is queued.
+            self._writing = True
+        try:
+            sent = self._sock.send(data, _DONTWAIT)  # type: ignore[union-attr]
+        except BlockingIOError:
+            sent = 0
+        except OSError as e:
+            with self._lock:
+                self._writing = False
+            self._fail(ConnectionLost(f"write to {self.address[0]}:{self.address[1]} failed: {e}"), e)
+            raise ConnectionLost(f"write to {self.address[0]}:{self.address[1]} failed: {e}") from e
+        with self._lock:
+            self._writing = False
+            if sent < size and not self._closed:
+                self._queue.appendleft(data[sent:] if sent else data)
+                self._queued += size - sent
+            if self._queue:
+                self._not_empty.notify()
 
     def send_control(self, data: bytes) -> None:
         """Queue ``data`` ignoring the high watermark (control traffic is never blocked).
@@ -170,10 +193,11 @@ class Transport:
         queue = self._queue
         while True:
             with self._lock:
-                while not queue and not self._closed:
+                while (not queue or self._writing) and not self._closed:
                     self._not_empty.wait()
                 if self._closed:
                     return
+                self._writing = True
                 batch = [queue.popleft()]
                 size = len(batch[0])
                 while queue and size + len(queue[0]) <= _COALESCE_BYTES:
@@ -186,6 +210,7 @@ class Transport:
                 self._fail(ConnectionLost(f"write to {self.address[0]}:{self.address[1]} failed: {e}"), e)
                 return
             with self._lock:
+                self._writing = False
                 self._queued -= size
                 self._has_room.notify_all()
 
@@ -195,6 +220,9 @@ class Transport:
         assert sock is not None
         frames = _codec.FrameReader()
         on_event = self._on_event
+        # One reusable buffer: recv() would allocate (and the allocator map) 1 MiB per call.
+        buffer = bytearray(_RECV_SIZE)
+        view = memoryview(buffer)
         received = False
         missed = 0
         next_check = 0.0
@@ -220,10 +248,10 @@ class Transport:
                     wait = max(0.0, next_check - now)
                 if not select.select([sock], [], [], wait)[0]:
                     continue
-                data = sock.recv(_RECV_SIZE)
-                if not data:
+                size = sock.recv_into(buffer)
+                if not size:
                     raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
-                events = frames.feed(data)
+                events = frames.feed(view[:size])
                 if events:
                     # Only whole events prove the link alive (FACTS §10): a stream stuck
                     # inside a bogus length must still be detected as dead.

@@ -162,6 +162,26 @@ def test_post_many_with_wrong_guid_length_is_refused(session):
         queue.post_many([b"a", b"b"], guids=b"\x01" * 16)
 
 
+def test_repeated_or_pending_caller_guids_are_refused(session, broker):
+    queue = session.open_queue(fresh(), write=True)
+    guid = bmq._codec.deterministic_guid(b"once")
+    with pytest.raises(ValueError, match="twice"):
+        queue.post_many([b"a", b"b"], guids=guid * 2)
+    broker.faults.withhold_acks()
+    try:
+        first = queue.post_many_async([b"a"], guids=guid)
+        with pytest.raises(ValueError, match="still waiting"):
+            queue.post_many_async([b"a"], guids=guid)
+    finally:
+        broker.faults.reset()
+    assert first[0].result(5.0).status is bmq.AckStatus.SUCCESS
+
+
+def test_empty_post_many_returns_no_acks(session):
+    queue = session.open_queue(fresh(), write=True)
+    assert queue.post_many([]) == [] and queue.post_many_async([]) == []
+
+
 def test_session_post_by_uri_calls_on_ack_on_the_dispatcher(session):
     uri = fresh()
     session.open_queue(uri, write=True)
