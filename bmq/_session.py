@@ -551,7 +551,7 @@ class Session:
 
     def _open_handle(self, queue: Queue, timeout: float, *, buffered: bool) -> None:
         deadline = time.monotonic() + timeout
-        self._call({"openQueue": {"handleParameters": queue.handle_parameters()}}, timeout, f"open {queue.uri}",
+        self._call({"openQueue": {"handleParameters": queue._handle_parameters()}}, timeout, f"open {queue.uri}",
                    buffered=buffered)
         if queue.read:
             suspend = queue.options.suspends_on_bad_host_health and not self._host_healthy
@@ -648,7 +648,7 @@ class Session:
             if connected:
                 if queue.read and queue.subscription_ids:
                     self._configure_handle(queue, queue.options, timeout, buffered=False, deconfigure=True)
-                body = {"closeQueue": {"handleParameters": queue.handle_parameters(), "isFinal": True}}
+                body = {"closeQueue": {"handleParameters": queue._handle_parameters(), "isFinal": True}}
                 self._call(body, max(0.0, deadline - time.monotonic()), f"close {uri}", buffered=False)
         except ConnectionLost:
             pass  # the broker forgets the handle with the connection
