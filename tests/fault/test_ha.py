@@ -243,6 +243,21 @@ def test_giving_up_reconnecting_stops_the_session(broker):
     session.stop()
 
 
+def test_stop_while_reconnecting_is_prompt(broker):
+    session = bmq.Session(broker.address, options(connect_timeout=30.0))
+    queue = session.open_queue(fresh(), write=True)
+    broker.faults.delay_control_responses(20.0)  # the reconnect hangs in negotiation
+    broker.faults.drop_connections()
+    wait_event(session, events.ConnectionLost)
+    pending = queue.post_async(b"buffered")
+    assert broker.wait_for(lambda: broker.clients(), 5.0)
+    start = time.monotonic()
+    session.stop()
+    assert time.monotonic() - start < 3.0
+    assert pending.result(1.0).status is bmq.AckStatus.NOT_CONNECTED
+    broker.faults.reset()
+
+
 def test_broker_restart_is_survived(broker):
     with bmq.Session(broker.address, options()) as session:
         queue = session.open_queue(fresh(), read=True, write=True)
