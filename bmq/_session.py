@@ -570,8 +570,17 @@ class Session:
                    buffered=buffered)
         if queue.read:
             suspend = queue.options.suspends_on_bad_host_health and not self._host_healthy
-            self._configure_handle(queue, queue.options, max(0.0, deadline - time.monotonic()),
-                                   buffered=buffered, deconfigure=suspend)
+            try:
+                self._configure_handle(queue, queue.options, max(0.0, deadline - time.monotonic()),
+                                       buffered=buffered, deconfigure=suspend)
+            except (BrokerError, TimeoutError):
+                # The broker holds the opened handle: release it (best effort) before failing.
+                body = {"closeQueue": {"handleParameters": queue._handle_parameters(), "isFinal": True}}
+                try:
+                    self._call(body, self.options.close_queue_timeout, f"close {queue.uri}", buffered=False)
+                except Error as e:
+                    logger.info("closing %s after a failed configure failed too: %s", queue.uri, e)
+                raise
             queue.suspended = suspend
 
     def _stream_parameters(self, queue: Queue, options: QueueOptions, ids: List[int]) -> Dict[str, Any]:
