@@ -378,20 +378,27 @@ class Queue:
             app.redelivery = merged
         self._dispatch(app)
 
-    def confirm(self, stream: SubStream, guid: bytes) -> bool:
-        """Confirm ``guid`` for ``stream``; False if it is not outstanding there."""
+    def confirm(self, stream: SubStream, guids: Iterable[bytes]) -> List[bytes]:
+        """Confirm ``guids`` for ``stream``, then deliver what the freed capacity allows.
+
+        Returns:
+            The GUIDs that were not outstanding on ``stream`` (ignored, as bmqbrkr does).
+        """
         app = self.apps[stream.app_id]
-        consumer = app.outstanding.get(guid)
-        if consumer is None or consumer.stream is not stream:
-            return False
-        del app.outstanding[guid]
-        message = consumer.unconfirmed.pop(guid)
-        consumer.unconfirmed_bytes -= len(message[_APP_DATA])
-        if not consumer.unconfirmed and consumer in stream.retired:
-            stream.retired.remove(consumer)
-        self._release(guid)
+        unknown = []
+        for guid in guids:
+            consumer = app.outstanding.get(guid)
+            if consumer is None or consumer.stream is not stream:
+                unknown.append(guid)
+                continue
+            del app.outstanding[guid]
+            message = consumer.unconfirmed.pop(guid)
+            consumer.unconfirmed_bytes -= len(message[_APP_DATA])
+            if not consumer.unconfirmed and consumer in stream.retired:
+                stream.retired.remove(consumer)
+            self._release(guid)
         self._dispatch(app)
-        return True
+        return unknown
 
     # ---- routing ---------------------------------------------------------------------
     def _dispatch(self, app: _App) -> None:

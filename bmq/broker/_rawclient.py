@@ -61,6 +61,7 @@ class RawClient:
         self._correlation_ids = itertools.count(1)
         self.heartbeat_requests = 0
         self.broker_response: Dict[str, Any] = {}
+        self.response_encoding: Optional[int] = None
         self.identity = identity or self.default_identity()
         if negotiate:
             self.negotiate()

@@ -14,6 +14,7 @@ while they update state and enqueue the resulting PUSH bytes, never while doing 
 from __future__ import annotations
 
 import collections
+import contextlib
 import heapq
 import itertools
 import logging
@@ -21,7 +22,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .. import _codec, _schema
 from ..exceptions import ProtocolError
@@ -316,6 +317,9 @@ class Broker:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._waiters = 0  # threads in wait_for: skip notify_all on the hot path otherwise
+        # While a PUT event is handled, deliveries collect here (session -> PUSH specs) so that
+        # each consumer gets one PUSH event per PUT event rather than one per message.
+        self._push_batch: Optional[Dict[ClientSession, List[tuple]]] = None
         self._queues: Dict[str, Queue] = {}
         self._sessions: Dict[int, ClientSession] = {}
         self._session_ids = itertools.count(1)
@@ -476,6 +480,9 @@ class Broker:
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float) -> bool:
         """Wait until ``predicate()`` is true, re-checking after every state change.
+
+        ``predicate`` runs with the broker's state lock held: keep it to inspection calls
+        (:meth:`clients`, :meth:`queue_messages`), never blocking I/O.
 
         Returns:
             Whether it became true within ``timeout`` seconds.
@@ -805,50 +812,68 @@ class Broker:
         except ProtocolError as exc:
             logger.warning("client %s: dropping malformed PUT event: %s", session.peer, exc)
             return
+        with self._lock, self._batched_pushes():
+            self._store_puts(session, messages)
+            self._notify()
+
+    @contextlib.contextmanager
+    def _batched_pushes(self) -> Iterator[None]:
+        """Collect deliveries made inside the block; send one PUSH event per session at the end.
+
+        Call with the broker lock held (deliveries stay ordered across reader threads).
+        """
+        self._push_batch = {}
+        try:
+            yield
+        finally:
+            batch, self._push_batch = self._push_batch, None
+            for session, specs in batch.items():
+                self._send_pushes(session, specs)
+
+    def _store_puts(self, session: ClientSession, messages: List[tuple]) -> None:
+        """Validate, store and route PUT messages; their ACKs go to ``session.pending_acks``."""
         acks = session.pending_acks
         now = _clock()
         check_crc = self.check_crc
         take_nack = self.faults.take_nack
-        with self._lock:
-            handles = session.handles
-            for flags, q_id, guid, crc, compression, schema_id, _options, app_data in messages:
-                if session.guid_generating:
-                    correlation_id = 0
-                    wants_ack = flags & _codec.PUT_ACK_REQUESTED
+        handles = session.handles
+        for flags, q_id, guid, crc, compression, schema_id, _options, app_data in messages:
+            if session.guid_generating:
+                correlation_id = 0
+                wants_ack = flags & _codec.PUT_ACK_REQUESTED
+            else:
+                # Legacy client: the GUID field carries a 24-bit correlation id, whose
+                # presence (not the flag) decides whether an ACK is wanted (FACTS §2.3).
+                correlation_id = int.from_bytes(guid[1:4], "big")
+                wants_ack = correlation_id != 0
+                guid = _ZERO_GUID
+            handle = handles.get(q_id)
+            if handle is None or handle.write_count <= 0:
+                status = 5
+            elif not session.guid_generating:
+                guid = self._guids.next()
+                status = 0
+            elif guid == _ZERO_GUID:
+                status = 5
+            else:
+                status = 0
+            if status == 0 and check_crc and _codec.crc32c(app_data) != crc:
+                logger.warning("client %s: PUT %s has a bad CRC32-C, NACKing", session.peer, guid.hex())
+                status = 5
+            if status == 0:
+                status = take_nack()
+            if status == 0:
+                queue = handle.queue  # type: ignore[union-attr]
+                if queue.is_duplicate(guid, now):
+                    pass  # a retransmission: ACK it again, keep one copy
                 else:
-                    # Legacy client: the GUID field carries a 24-bit correlation id, whose
-                    # presence (not the flag) decides whether an ACK is wanted (FACTS §2.3).
-                    correlation_id = int.from_bytes(guid[1:4], "big")
-                    wants_ack = correlation_id != 0
-                    guid = _ZERO_GUID
-                handle = handles.get(q_id)
-                if handle is None or handle.write_count <= 0:
-                    status = 5
-                elif not session.guid_generating:
-                    guid = self._guids.next()
-                    status = 0
-                elif guid == _ZERO_GUID:
-                    status = 5
-                else:
-                    status = 0
-                if status == 0 and check_crc and _codec.crc32c(app_data) != crc:
-                    logger.warning("client %s: PUT %s has a bad CRC32-C, NACKing", session.peer, guid.hex())
-                    status = 5
-                if status == 0:
-                    status = take_nack()
-                if status == 0:
-                    queue = handle.queue  # type: ignore[union-attr]
-                    if queue.is_duplicate(guid, now):
-                        pass  # a retransmission: ACK it again, keep one copy
-                    else:
-                        if compression and not schema_id and flags & _codec.PUT_MESSAGE_PROPERTIES:
-                            app_data, compression = _decompress_old_style(app_data, flags, compression)
-                        status = queue.check_quota(len(app_data))
-                        if status == 0:
-                            queue.accept((guid, app_data, flags & _PROPERTIES, compression, schema_id), now)
-                if status or wants_ack:
-                    acks.append((status, correlation_id, guid, q_id))
-            self._notify()
+                    if compression and not schema_id and flags & _codec.PUT_MESSAGE_PROPERTIES:
+                        app_data, compression = _decompress_old_style(app_data, flags, compression)
+                    status = queue.check_quota(len(app_data))
+                    if status == 0:
+                        queue.accept((guid, app_data, flags & _PROPERTIES, compression, schema_id), now)
+            if status or wants_ack:
+                acks.append((status, correlation_id, guid, q_id))
 
     def _flush_acks(self, session: ClientSession) -> None:
         acks = session.pending_acks
@@ -870,18 +895,25 @@ class Broker:
         except ProtocolError as exc:
             logger.warning("client %s: dropping malformed CONFIRM event: %s", session.peer, exc)
             return
-        with self._lock:
+        by_stream: Dict[SubStream, List[bytes]] = {}
+        with self._lock, self._batched_pushes():
             for q_id, guid, sub_id in confirms:
                 handle = session.handles.get(q_id)
                 stream = None if handle is None else handle.substreams.get(sub_id)
                 if stream is None or handle.queue.domain.mode == "broadcast":  # type: ignore[union-attr]
                     logger.warning("client %s: dropping CONFIRM for qId %d subId %d", session.peer, q_id, sub_id)
                     continue
-                if not handle.queue.confirm(stream, guid):  # type: ignore[union-attr]
+                by_stream.setdefault(stream, []).append(guid)
+            for stream, guids in by_stream.items():
+                for guid in stream.handle.queue.confirm(stream, guids):
                     logger.warning("client %s: CONFIRM of unknown GUID %s", session.peer, guid.hex())
             self._notify()
 
     def _send_pushes(self, session: ClientSession, specs: List[tuple]) -> None:
+        batch = self._push_batch
+        if batch is not None:
+            batch.setdefault(session, []).extend(specs)
+            return
         if not session.reads_new_properties:
             specs = [_old_style_push(spec) for spec in specs]
         for event in _codec.build_push_events(specs):
