@@ -1,4 +1,26 @@
-"""bmq: a fast, dependable synchronous Python client for BlazingMQ."""
+"""bmq: a fast, dependable synchronous Python client for BlazingMQ.
+
+::
+
+    import bmq
+
+    with bmq.Session("tcp://localhost:30114") as session:
+        queue = session.open_queue("bmq://bmq.test.mem.priority/orders", read=True, write=True)
+        ack = queue.post(b"payload", properties={"kind": "new"})   # blocks until the ACK
+        message = queue.get(timeout=5.0)                           # None after 5 s of silence
+        message.confirm()
+
+Blocking calls are ``*_async().result()`` on :class:`concurrent.futures.Future` objects, and
+every blocking call has a timeout. Callbacks (``on_message``, ``on_ack``, ``on_event``) run on
+the session's dispatcher thread and may call any session method.
+
+Reliability: a lost connection is re-established (:class:`ReconnectPolicy`), queues are
+reopened and unacknowledged posts re-sent with their original GUIDs, so the broker keeps each
+message once. ``SessionOptions(outbox_dir=...)`` also keeps unacknowledged posts on disk
+(zstd-compressed segments) for the next process; they survive a killed process, and with
+``outbox_fsync=True`` a power loss too, at the cost of one disk flush per post call.
+Confirms are never buffered: while reconnecting they are dropped and the broker redelivers.
+"""
 import logging
 
 from . import events, exceptions

@@ -10,8 +10,8 @@ Layout: ``<outbox_dir>/segment-<n>.zst`` files, each a sequence of records
 Entries are appended before the PUT is handed to the socket and a "done" entry after its
 ACK. A new segment starts past :data:`SEGMENT_BYTES`; segments are deleted oldest first once
 they and every older one hold nothing pending (a newer segment may hold the "done" entries
-that cancel an older one's messages, so it must outlive them). Recovery replays the segments in order and ignores a torn last record
-(the process died mid-write).
+that cancel an older one's messages, so it must outlive them). Recovery replays the
+segments in order and ignores a torn last record (the process died mid-write).
 
 Durability: without ``fsync`` every record is written with one ``write()`` before the PUT
 is sent, so it survives the process being killed (the OS has it) but not a power loss or

@@ -44,8 +44,14 @@ class Queue:
         uri: the queue URI as opened.
         read: opened for reading.
         write: opened for writing.
+        queue_id: the qId used on the wire (one per canonical URI in the session).
+        sub_id: the subQueueId (non-zero for a fan-out reader with ``?id=``).
+        state: "opening", "open", "pending" (waiting for a reopen), "closing" or "closed".
+        suspended: True while suspended for bad host health.
+        subscription_ids: the subscription ids (sIds) of the last configure.
 
-    Thread-safety: every method may be called from any thread, including callbacks.
+    Thread-safety: every method may be called from any thread, including callbacks; the
+    attributes are maintained by the session.
     """
 
     def __init__(
@@ -100,7 +106,7 @@ class Queue:
         """The fan-out appId from the URI's ``?id=``, or None."""
         return self._parsed.app_id
 
-    def handle_parameters(self) -> Dict[str, Any]:
+    def _handle_parameters(self) -> Dict[str, Any]:
         """The QueueHandleParameters of this handle (FACTS §8.5, §9.1)."""
         flags = (2 if self.read else 0) | (12 if self.write else 0)
         params: Dict[str, Any] = {

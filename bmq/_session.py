@@ -99,6 +99,12 @@ class _Connection:
             fail_future(self.negotiation, exc)
         self.session._on_connection_failure(self, exc)
 
+    def abort(self) -> None:
+        """Close a connection that is still negotiating (the session is stopping)."""
+        if self.transport is not None:
+            self.transport.close()
+        fail_future(self.negotiation, SessionClosedError("the session stopped while connecting"))
+
 
 class Session:
     """A connection to a BlazingMQ broker: open queues, post, consume, confirm.
@@ -169,8 +175,12 @@ class Session:
         """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
         GUID) when its queue is opened for writing."""
         self._supervisor = threading.Thread(target=self._supervise, name=f"bmq-supervisor-{self._id}", daemon=True)
+        self._connecting: Optional[_Connection] = None
         try:
             conn = self._connect(options.connect_timeout)
+            with self._lock:
+                self._adopt(conn)
+                self._state = _STARTED
         except BaseException:
             self._state = _STOPPED
             self._dispatcher.stop()
@@ -178,9 +188,6 @@ class Session:
                 self._outbox.close()
             self._stopped.set()
             raise
-        with self._lock:
-            self._adopt(conn)
-            self._state = _STARTED
         self._puts.restore(conn.transport, conn.new_style_properties, lambda: True)  # type: ignore[arg-type]
         self._supervisor.start()
         monitor = options.host_health_monitor
@@ -230,8 +237,11 @@ class Session:
             self._address, conn.on_event, conn.on_failure, self.options.channel_high_watermark, f"{self._id}"
         )
         conn.transport = transport
-        transport.connect(timeout)
+        with self._lock:
+            self._check_running()
+            self._connecting = conn  # so that stop() can abort a slow negotiation
         try:
+            transport.connect(timeout)
             transport.send_control(_schema.encode_event(self._client_identity(), _JSON, "negotiation"))
             try:
                 message = conn.negotiation.result(max(0.0, deadline - time.monotonic()))
@@ -254,6 +264,9 @@ class Session:
             transport.close()
             transport.join(1.0)
             raise
+        finally:
+            with self._lock:
+                self._connecting = None
         logger.info("connected to %s (session %d)", self.broker, self._id)
         return conn
 
@@ -272,6 +285,8 @@ class Session:
                 return
             self._conn = None
             self._puts.suspend()
+            if self._stopping():
+                return  # e.g. the broker closing after our Disconnect: nothing to report
             lost = ConnectionLost(f"connection to {self.broker} lost: {exc}")
             for rid, request in list(self._requests.items()):
                 if not request.buffered:
@@ -551,12 +566,21 @@ class Session:
 
     def _open_handle(self, queue: Queue, timeout: float, *, buffered: bool) -> None:
         deadline = time.monotonic() + timeout
-        self._call({"openQueue": {"handleParameters": queue.handle_parameters()}}, timeout, f"open {queue.uri}",
+        self._call({"openQueue": {"handleParameters": queue._handle_parameters()}}, timeout, f"open {queue.uri}",
                    buffered=buffered)
         if queue.read:
             suspend = queue.options.suspends_on_bad_host_health and not self._host_healthy
-            self._configure_handle(queue, queue.options, max(0.0, deadline - time.monotonic()),
-                                   buffered=buffered, deconfigure=suspend)
+            try:
+                self._configure_handle(queue, queue.options, max(0.0, deadline - time.monotonic()),
+                                       buffered=buffered, deconfigure=suspend)
+            except (BrokerError, TimeoutError):
+                # The broker holds the opened handle: release it (best effort) before failing.
+                body = {"closeQueue": {"handleParameters": queue._handle_parameters(), "isFinal": True}}
+                try:
+                    self._call(body, self.options.close_queue_timeout, f"close {queue.uri}", buffered=False)
+                except Error as e:
+                    logger.info("closing %s after a failed configure failed too: %s", queue.uri, e)
+                raise
             queue.suspended = suspend
 
     def _stream_parameters(self, queue: Queue, options: QueueOptions, ids: List[int]) -> Dict[str, Any]:
@@ -648,7 +672,7 @@ class Session:
             if connected:
                 if queue.read and queue.subscription_ids:
                     self._configure_handle(queue, queue.options, timeout, buffered=False, deconfigure=True)
-                body = {"closeQueue": {"handleParameters": queue.handle_parameters(), "isFinal": True}}
+                body = {"closeQueue": {"handleParameters": queue._handle_parameters(), "isFinal": True}}
                 self._call(body, max(0.0, deadline - time.monotonic()), f"close {uri}", buffered=False)
         except ConnectionLost:
             pass  # the broker forgets the handle with the connection
@@ -903,6 +927,8 @@ class Session:
     def _shutdown(self, deadline: float) -> None:
         with self._lock:
             self._state = _STOPPED
+            if self._connecting is not None:
+                self._connecting.abort()
             conn, self._conn = self._conn, None
             requests, self._requests = self._requests, {}
             queues = list(self._queues.values())

@@ -16,7 +16,6 @@ __all__ = [
     "Connected",
     "Disconnected",
     "ConnectionLost",
-    "ConnectionTimeout",
     "Reconnected",
     "StateRestored",
     "QueueReopened",
@@ -29,8 +28,6 @@ __all__ = [
     "HostHealthRestored",
     "SlowConsumerHighWaterMark",
     "SlowConsumerNormal",
-    "ChannelHighWaterMark",
-    "ChannelLowWaterMark",
     "Error",
 ]
 
@@ -104,11 +101,6 @@ class ConnectionLost(SessionEvent):
     __slots__ = ()
 
 
-class ConnectionTimeout(SessionEvent):
-    """Connecting did not succeed within ``connect_timeout``."""
-
-    __slots__ = ()
-
 
 class Reconnected(SessionEvent):
     """A new connection is negotiated; queues are being reopened."""
@@ -178,18 +170,6 @@ class SlowConsumerHighWaterMark(SessionEvent):
 
 class SlowConsumerNormal(SessionEvent):
     """The dispatcher caught up after a SlowConsumerHighWaterMark."""
-
-    __slots__ = ()
-
-
-class ChannelHighWaterMark(SessionEvent):
-    """The connection's write buffer is full; posters are waiting."""
-
-    __slots__ = ()
-
-
-class ChannelLowWaterMark(SessionEvent):
-    """The connection's write buffer drained after a ChannelHighWaterMark."""
 
     __slots__ = ()
 

@@ -243,6 +243,21 @@ def test_giving_up_reconnecting_stops_the_session(broker):
     session.stop()
 
 
+def test_stop_while_reconnecting_is_prompt(broker):
+    session = bmq.Session(broker.address, options(connect_timeout=30.0))
+    queue = session.open_queue(fresh(), write=True)
+    broker.faults.delay_control_responses(20.0)  # the reconnect hangs in negotiation
+    broker.faults.drop_connections()
+    wait_event(session, events.ConnectionLost)
+    pending = queue.post_async(b"buffered")
+    assert broker.wait_for(lambda: broker.clients(), 5.0)
+    start = time.monotonic()
+    session.stop()
+    assert time.monotonic() - start < 3.0
+    assert pending.result(1.0).status is bmq.AckStatus.NOT_CONNECTED
+    broker.faults.reset()
+
+
 def test_broker_restart_is_survived(broker):
     with bmq.Session(broker.address, options()) as session:
         queue = session.open_queue(fresh(), read=True, write=True)
@@ -350,9 +365,15 @@ def _broker_events(captures: Path) -> List[bytes]:
 def test_fuzzed_broker_frames_never_crash_or_hang_the_session(broker, captures_dir):
     valid = _broker_events(captures_dir)
     rng = random.Random(4242)
-    with bmq.Session(broker.address, options(ack_timeout=5.0)) as session:
+    errors = []
+
+    def on_event(event):
+        if isinstance(event, events.Error):
+            errors.append(event)
+
+    with bmq.Session(broker.address, options(ack_timeout=5.0, on_event=on_event)) as session:
         queue = session.open_queue(fresh(), write=True)
-        for round_ in range(60):
+        for round_ in range(100):
             frame = bytearray(rng.choice(valid))
             for _ in range(rng.randint(1, 4)):
                 frame[rng.randrange(4, len(frame))] = rng.randrange(256)
@@ -367,3 +388,5 @@ def test_fuzzed_broker_frames_never_crash_or_hang_the_session(broker, captures_d
                 assert ack.status in (bmq.AckStatus.SUCCESS, bmq.AckStatus.TIMEOUT)
         assert session.is_running
         assert queue.post(b"final", timeout=15.0).status is bmq.AckStatus.SUCCESS
+    # Many mutations are caught (connection dropped and re-established), none crashed anything.
+    assert len(errors) >= 5, f"only {len(errors)} of 100 mutated frames were detected"

@@ -492,3 +492,40 @@ def test_flush_returns_how_many_are_still_unacknowledged(session, broker):
         broker.faults.release_acks()
     assert session.flush(5.0) == 0
     broker.faults.reset()
+
+
+# ---- heartbeats and slow consumers -------------------------------------------------------
+def test_idle_session_answers_heartbeats_and_stays_connected():
+    with Broker(heartbeat_interval_ms=50, max_missed_heartbeats=3) as broker:
+        with bmq.Session(broker.address) as session:
+            assert session.next_event(5.0) == events.Connected()
+            # 20 heartbeat intervals of silence from the application side
+            assert session.next_event(1.0) is None
+            queue = session.open_queue(fresh(), write=True)
+            assert queue.post(b"still connected").status is bmq.AckStatus.SUCCESS
+            assert len(broker.clients()) == 1
+
+
+def test_slow_callbacks_raise_and_clear_the_slow_consumer_events(broker):
+    release = threading.Event()
+    handled = []
+    options = bmq.SessionOptions(event_queue_high_watermark=20, event_queue_low_watermark=2)
+    with bmq.Session(broker.address, options) as session:
+        def on_message(message):
+            release.wait(10.0)
+            handled.append(message.data)
+            message.confirm()
+
+        queue = session.open_queue(fresh(), read=True, write=True, on_message=on_message)
+        queue.post_many([b"%d" % i for i in range(50)])
+        seen = []
+        while not any(isinstance(e, events.SlowConsumerHighWaterMark) for e in seen):
+            event = session.next_event(10.0)
+            assert event is not None, f"no SlowConsumerHighWaterMark; saw {seen}"
+            seen.append(event)
+        release.set()
+        event = session.next_event(10.0)
+        while event is not None and not isinstance(event, events.SlowConsumerNormal):
+            event = session.next_event(10.0)
+        assert isinstance(event, events.SlowConsumerNormal)
+    assert sorted(handled) == sorted(b"%d" % i for i in range(50))
