@@ -57,3 +57,42 @@ def test_enums_mirror_the_wire_codes():
     assert [t.value for t in bmq.PropertyType] == list(range(1, 8))
     assert bmq.CompressionAlgorithmType.ZLIB.value == 1 and bmq.CompressionAlgorithmType.NONE.value == 0
     assert bmq.AckStatus.SUCCESS.value == 0 and bmq.AckStatus.LIMIT_MESSAGES.value == -100
+
+
+# ---- the futures returned by post_many_async ----------------------------------------------
+def test_batch_futures_behave_like_standard_futures():
+    import concurrent.futures as cf
+    import threading
+
+    from bmq._dispatch import new_futures, resolve_future
+
+    first, second, third = new_futures(3)
+    assert all(isinstance(f, cf.Future) for f in (first, second, third))
+    # A sibling resolving must not wake result() early with a TimeoutError.
+    waited = {}
+
+    def wait_second():
+        waited["value"] = second.result(5.0)
+
+    waiter = threading.Thread(target=wait_second)
+    waiter.start()
+    first.set_result("a")
+    with pytest.raises(cf.TimeoutError):
+        third.result(0.05)
+    second.set_result("b")
+    waiter.join(5.0)
+    assert waited == {"value": "b"}
+    called = []
+    third.add_done_callback(lambda f: called.append(f.result()))
+    done, not_done = cf.wait([first, second, third], timeout=0.05)
+    assert done == {first, second} and not_done == {third}
+    third.set_result("c")
+    assert called == ["c"]
+    assert sorted(f.result() for f in cf.as_completed([first, second, third], timeout=1.0)) == ["a", "b", "c"]
+    cancelled, errored = new_futures(2)
+    assert cancelled.cancel() and cancelled.cancelled()
+    resolve_future(cancelled, "ignored")  # what the session does when an ACK comes late
+    with pytest.raises(cf.CancelledError):
+        cancelled.result(1.0)
+    errored.set_exception(ValueError("x"))
+    assert isinstance(errored.exception(1.0), ValueError)
