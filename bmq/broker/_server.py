@@ -155,6 +155,11 @@ class ClientSession:
         self._writer.start()
         self._reader.start()
 
+    @property
+    def is_open(self) -> bool:
+        """False once the connection is being closed (by either side)."""
+        return not self._closing
+
     def join(self, timeout: float) -> None:
         for thread in (self._reader, self._writer):
             if thread is not threading.current_thread() and thread.ident is not None:
@@ -386,7 +391,8 @@ class Broker:
         self._acceptor = None
 
     def _drop_all(self, timeout: float) -> None:
-        sessions = self._sessions_snapshot()
+        with self._lock:
+            sessions = list(self._sessions.values())
         for session in sessions:
             session.close()
         deadline = time.monotonic() + timeout
@@ -455,10 +461,13 @@ class Broker:
     # ---- inspection (tests) ----------------------------------------------------------
     def _sessions_snapshot(self) -> List[ClientSession]:
         with self._lock:
-            return list(self._sessions.values())
+            return [s for s in self._sessions.values() if s.is_open]
 
     def clients(self) -> List[ClientSession]:
-        """Connected clients (objects with ``.id``, ``.peer``, ``.client_identity``)."""
+        """Connected clients (objects with ``.id``, ``.peer``, ``.client_identity``).
+
+        A connection being closed is no longer listed, even while its threads wind down.
+        """
         return self._sessions_snapshot()
 
     def queue_messages(self, uri: str, app_id: Optional[str] = None) -> List[StoredMessage]:
