@@ -5,18 +5,55 @@ import logging
 import queue as _stdqueue
 import threading
 from concurrent.futures import Future, InvalidStateError
-from typing import Any, Callable, List
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
+from typing import Any, Callable, List, Optional
 
 __all__ = ["Dispatcher", "new_futures", "resolve_future", "fail_future"]
 
 logger = logging.getLogger(__name__)
 
 _STOP = object()
+_PENDING = PENDING
+_DONE_STATES = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
+
+
+class _SharedConditionFuture(Future):  # type: ignore[type-arg]
+    """A standard Future whose condition is shared with the other futures of one post call.
+
+    A Future's own Condition (with its lock and waiter deque) costs more than the rest of
+    posting a small message, and keeps the garbage collector busy while many are pending.
+    Sharing one per batch is safe because :meth:`result` and :meth:`exception` here re-check
+    their own state after every wake-up; ``concurrent.futures.wait`` / ``as_completed``
+    work unchanged (the shared lock is re-entrant).
+    """
+
+    def __init__(self, condition: threading.Condition) -> None:  # noqa: super-init-not-called
+        self._condition = condition
+        self._state = _PENDING
+        self._result = None
+        self._exception = None
+        self._waiters: List[Any] = []
+        self._done_callbacks: List[Any] = []
+
+    def _wait_done(self, timeout: Optional[float]) -> None:
+        with self._condition:
+            self._condition.wait_for(lambda: self._state in _DONE_STATES, timeout)
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        self._wait_done(timeout)
+        return super().result(0)
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        self._wait_done(timeout)
+        return super().exception(0)
 
 
 def new_futures(count: int) -> "List[Future[Any]]":
     """``count`` fresh futures (the single place futures for posts are made)."""
-    return [Future() for _ in range(count)]
+    if count == 1:
+        return [Future()]
+    condition = threading.Condition()
+    return [_SharedConditionFuture(condition) for _ in range(count)]
 
 
 def resolve_future(future: "Future[Any]", value: Any) -> None:

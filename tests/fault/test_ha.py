@@ -195,8 +195,8 @@ def test_silent_broker_is_detected_by_heartbeats_then_recovers(broker):
         broker.faults.stop_heartbeats()
         start = time.monotonic()
         wait_event(session, events.ConnectionLost, timeout=5.0)
-        # interval 0.1 s x 5 missed, plus one interval of phase and scheduling margin
-        assert time.monotonic() - start < 0.1 * (5 + 2) + 0.5
+        # interval 0.1 s x 5 missed, plus two intervals of phase and a scheduling margin
+        assert time.monotonic() - start < 0.1 * (5 + 2) + 1.0
         broker.faults.resume_heartbeats()
         wait_event(session, events.StateRestored)
         assert queue.post(b"alive").status is bmq.AckStatus.SUCCESS
