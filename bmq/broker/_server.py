@@ -40,7 +40,7 @@ from ._queues import (
     parse_uri,
 )
 
-__all__ = ["Broker", "ClientSession"]
+__all__ = ["Broker"]
 
 logger = logging.getLogger(__name__)
 
