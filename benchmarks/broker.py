@@ -67,7 +67,7 @@ class BrokerProcess:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(2)
+            self.proc.terminate()
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:

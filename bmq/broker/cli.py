@@ -50,14 +50,15 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"bmq broker listening on {broker.address} (Ctrl-C to stop)", flush=True)
     stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Explicit handlers: a shell starts background jobs with SIGINT ignored, and an
+    # inherited "ignore" would make Ctrl-C / kill -INT do nothing.
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         while not stop.wait(3600):
             pass
-    except KeyboardInterrupt:
-        pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         broker.stop()
     return 0
 
