@@ -33,7 +33,8 @@ Known differences from bmqbrkr, all deliberate:
 """
 from ._faults import Faults
 from ._queues import DEFAULT_DOMAINS, Domain, StoredMessage
-from ._server import Broker, ClientSession
+from ._connection import ClientSession
+from ._server import Broker
 from ._subscriptions import Expression, ExpressionError
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The embedded broker: TCP listener, one session per client, the control protocol.
+"""The embedded broker: TCP listener and the protocol (negotiation, control, PUT, CONFIRM).
 
 Threads (all daemon, named ``bmq-broker-*``):
 
@@ -8,14 +8,13 @@ Threads (all daemon, named ``bmq-broker-*``):
   its socket, so a slow client never blocks the others.
 * ``bmq-broker-timer``: heartbeat monitor and delayed sends (fault injection).
 
+Connection I/O lives in :mod:`bmq.broker._connection`, routing in :mod:`bmq.broker._queues`.
 All queue and routing state lives under one lock (``Broker._lock``); readers hold it only
 while they update state and enqueue the resulting PUSH bytes, never while doing socket I/O.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
-import heapq
 import itertools
 import logging
 import os
@@ -26,6 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .. import _codec, _schema
 from ..exceptions import ProtocolError
+from ._connection import ClientSession, Scheduler, shutdown_socket
 from ._faults import Faults
 from ._queues import (
     DEFAULT_APP_ID,
@@ -40,7 +40,7 @@ from ._queues import (
     parse_uri,
 )
 
-__all__ = ["Broker", "ClientSession"]
+__all__ = ["Broker"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,220 +55,7 @@ _QUEUE_READ, _QUEUE_WRITE = 2, 4
 _RESERVED_QUEUE_ID = 4294967286
 _ZERO_GUID = bytes(16)
 _PROPERTIES = _codec.PUT_MESSAGE_PROPERTIES
-_OUTGOING_HIGH_WATERMARK = 64 * 1024 * 1024
-_RECV_SIZE = 256 * 1024
 _clock = time.monotonic  # the dedup window's clock (tests replace it)
-
-
-class _Scheduler:
-    """A single timer thread running callables at given times (heartbeats, delays).
-
-    Thread-safety: ``call_later`` and ``stop`` may be called from any thread.
-    """
-
-    def __init__(self) -> None:
-        self._heap: List[Tuple[float, int, Callable[..., Any], tuple]] = []
-        self._cond = threading.Condition()
-        self._seq = itertools.count()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="bmq-broker-timer", daemon=True)
-        self._thread.start()
-
-    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
-        with self._cond:
-            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), fn, args))
-            self._cond.notify()
-
-    def stop(self, timeout: float) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stopped:
-                    if not self._heap:
-                        self._cond.wait()
-                        continue
-                    wait = self._heap[0][0] - time.monotonic()
-                    if wait <= 0:
-                        break
-                    self._cond.wait(wait)
-                if self._stopped:
-                    return
-                _, _, fn, args = heapq.heappop(self._heap)
-            try:
-                fn(*args)
-            except Exception:  # a timer callback must never kill the timer thread
-                logger.exception("broker timer callback %r failed", fn)
-
-
-class ClientSession:
-    """One client connection as the broker sees it.
-
-    Attributes:
-        id: broker-wide client number (used by :class:`~bmq.broker.Faults`).
-        peer: ``"host:port"`` of the client.
-        client_identity: the ClientIdentity the client negotiated with (JSON-shaped dict;
-            empty until negotiation).
-
-    Thread-safety: ``send``/``close``/``pause_reading``/``resume_reading`` are safe from
-    any thread; the rest is used by the session's reader thread under the broker lock.
-    """
-
-    def __init__(self, broker: "Broker", sock: socket.socket, peer: str, session_id: int) -> None:
-        self.id = session_id
-        self.peer = peer
-        self.client_identity: Dict[str, Any] = {}
-        self.encoding = _codec.ENCODING_JSON
-        self.negotiated = False
-        self.disconnected = False
-        self.guid_generating = False
-        self.reads_new_properties = True
-        self.handles: Dict[int, QueueHandle] = {}
-        self.closed_queue_ids: set = set()
-        self.alive = True  # received something since the last heartbeat check
-        # ACKs of the PUTs read in one recv(), sent as one ACK event (see _flush_acks).
-        self.pending_acks: List[Tuple[int, int, bytes, int]] = []
-        self.missed_heartbeats = 0
-        self._broker = broker
-        self._sock = sock
-        self._frames = _codec.FrameReader(broker.max_event_size)
-        self._out: collections.deque = collections.deque()
-        self._out_bytes = 0
-        self._cond = threading.Condition()
-        self._closing = False
-        self._withheld: List[bytes] = []
-        self._reading = threading.Event()
-        self._reading.set()
-        self._reader = threading.Thread(target=self._read_loop, name=f"bmq-broker-read-{session_id}", daemon=True)
-        self._writer = threading.Thread(target=self._write_loop, name=f"bmq-broker-write-{session_id}", daemon=True)
-
-    def __repr__(self) -> str:
-        return f"<ClientSession {self.id} {self.peer}>"
-
-    def start(self) -> None:
-        # Writer first: the reader's exit path joins it.
-        self._writer.start()
-        self._reader.start()
-
-    def join(self, timeout: float) -> None:
-        for thread in (self._reader, self._writer):
-            if thread is not threading.current_thread() and thread.ident is not None:
-                thread.join(timeout)
-
-    # ---- output ----------------------------------------------------------------------
-    def send(self, data: bytes, block: bool = False) -> bool:
-        """Queue ``data`` for the writer; False if the session is closing.
-
-        ``block`` (only for the session's own reader) waits while the client is above the
-        outgoing high watermark, so a client that does not read slows only itself.
-        """
-        with self._cond:
-            if block:
-                while self._out_bytes > _OUTGOING_HIGH_WATERMARK and not self._closing:
-                    self._cond.wait(1.0)
-            if self._closing:
-                return False
-            self._out.append(data)
-            self._out_bytes += len(data)
-            self._cond.notify_all()
-        return True
-
-    def _write_loop(self) -> None:
-        sock = self._sock
-        while True:
-            with self._cond:
-                while not self._out and not self._closing:
-                    self._cond.wait()
-                if not self._out:
-                    break
-                chunks = list(self._out)
-                self._out.clear()
-                self._out_bytes = 0
-                self._cond.notify_all()
-            try:
-                sock.sendall(chunks[0] if len(chunks) == 1 else b"".join(chunks))
-            except OSError as exc:
-                logger.debug("client %s: write failed: %s", self.peer, exc)
-                self.close()
-                break
-        _shutdown(sock)
-
-    def close(self, flush: bool = False) -> None:
-        """Close the connection; with ``flush`` after sending what is already queued."""
-        with self._cond:
-            if self._closing:
-                return
-            self._closing = True
-            if not flush:
-                self._out.clear()
-                self._out_bytes = 0
-            self._cond.notify_all()
-        self._reading.set()
-        if not flush:
-            _shutdown(self._sock)
-
-    # ---- fault hooks -------------------------------------------------------------------
-    def pause_reading(self) -> None:
-        self._reading.clear()
-
-    def resume_reading(self) -> None:
-        self._reading.set()
-
-    def withhold(self, ack_event: bytes) -> None:
-        with self._cond:
-            self._withheld.append(ack_event)
-
-    def release_acks(self) -> int:
-        with self._cond:
-            withheld, self._withheld = self._withheld, []
-        for event in withheld:
-            self.send(event)
-        return len(withheld)
-
-    # ---- input -----------------------------------------------------------------------
-    def _read_loop(self) -> None:
-        sock = self._sock
-        try:
-            while True:
-                if not self._reading.is_set():
-                    self._reading.wait()
-                if self._closing:
-                    break
-                data = sock.recv(_RECV_SIZE)
-                if not data:
-                    break
-                self.alive = True
-                for event in self._frames.feed(data):
-                    self._broker._handle_event(self, event)
-                    if self._closing:
-                        break
-                self._broker._flush_acks(self)
-        except ProtocolError as exc:
-            logger.warning("client %s sent a malformed frame, closing its connection: %s", self.peer, exc)
-        except OSError as exc:
-            logger.debug("client %s: read failed: %s", self.peer, exc)
-        except Exception:  # a broker bug must cost one connection, not the broker
-            logger.exception("client %s: internal error, closing its connection", self.peer)
-        finally:
-            self.close(flush=True)
-            self._writer.join(5.0)
-            try:
-                sock.close()
-            except OSError:
-                pass
-            self._broker._session_gone(self)
-
-
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 class Broker:
@@ -326,7 +113,7 @@ class Broker:
         self._guids = _codec.GuidGenerator()
         self._listener: Optional[socket.socket] = None
         self._acceptor: Optional[threading.Thread] = None
-        self._scheduler: Optional[_Scheduler] = None
+        self._scheduler: Optional[Scheduler] = None
         self._port = 0
         self._running = False
         self._hostname = socket.gethostname()
@@ -355,7 +142,7 @@ class Broker:
         if self._running:
             raise RuntimeError("broker already running")
         self._listen(self._port or self._requested_port)
-        self._scheduler = _Scheduler()
+        self._scheduler = Scheduler()
         self._running = True
         self._schedule_heartbeat()
         logger.info("broker listening on %s", self.address)
@@ -379,14 +166,15 @@ class Broker:
     def _stop_listening(self, timeout: float) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
-            _shutdown(listener)
+            shutdown_socket(listener)
             listener.close()
         if self._acceptor is not None and self._acceptor is not threading.current_thread():
             self._acceptor.join(timeout)
         self._acceptor = None
 
     def _drop_all(self, timeout: float) -> None:
-        sessions = self._sessions_snapshot()
+        with self._lock:
+            sessions = list(self._sessions.values())
         for session in sessions:
             session.close()
         deadline = time.monotonic() + timeout
@@ -455,10 +243,13 @@ class Broker:
     # ---- inspection (tests) ----------------------------------------------------------
     def _sessions_snapshot(self) -> List[ClientSession]:
         with self._lock:
-            return list(self._sessions.values())
+            return [s for s in self._sessions.values() if s.is_open]
 
     def clients(self) -> List[ClientSession]:
-        """Connected clients (objects with ``.id``, ``.peer``, ``.client_identity``)."""
+        """Connected clients (objects with ``.id``, ``.peer``, ``.client_identity``).
+
+        A connection being closed is no longer listed, even while its threads wind down.
+        """
         return self._sessions_snapshot()
 
     def queue_messages(self, uri: str, app_id: Optional[str] = None) -> List[StoredMessage]:

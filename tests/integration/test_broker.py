@@ -550,3 +550,18 @@ def test_several_subscriptions_on_one_stream(broker: Broker) -> None:
     for n in (1, 50):
         c.put(0, [b"%d" % n], properties={"n": (_codec.PROPERTY_INT32, n)})
     assert sorted((p[2], p[6]) for p in c.pushes(2)) == [((11,), b"1"), ((12,), b"50")]
+
+
+def test_stop_ends_every_broker_thread() -> None:
+    import threading
+
+    before = set(threading.enumerate())  # other tests' brokers may be running
+    b = Broker(heartbeat_interval_ms=50).start()
+    clients = [writer_reader(b) for _ in range(3)]
+    clients[0].put(0, [b"x"])
+    b.faults.delay_acks(10)  # a pending timer entry must not keep anything alive
+    clients[1].put(0, [b"y"])
+    b.stop(timeout=5)
+    leftovers = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("bmq-broker-")]
+    assert leftovers == []
+    assert all(c.wait_closed() for c in clients)

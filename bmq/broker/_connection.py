@@ -1,0 +1,249 @@
+"""One client connection (reader and writer threads) and the broker's timer thread.
+
+The reader hands every complete event to the broker (``Broker._handle_event``) and, after
+each ``recv``, lets it flush the ACKs of that chunk; the writer drains a queue of outgoing
+byte strings into the socket, so a client that does not read slows down only itself.
+
+Thread-safety: see each class.
+"""
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import logging
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Set, Tuple
+
+from .. import _codec
+from ..exceptions import ProtocolError
+from ._queues import QueueHandle
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._server import Broker
+
+__all__ = ["ClientSession", "Scheduler", "shutdown_socket"]
+
+logger = logging.getLogger(__name__)
+
+_OUTGOING_HIGH_WATERMARK = 64 * 1024 * 1024
+_RECV_SIZE = 256 * 1024
+
+
+class Scheduler:
+    """A single timer thread running callables at given times (heartbeats, delays).
+
+    Thread-safety: ``call_later`` and ``stop`` may be called from any thread.
+    """
+
+    def __init__(self) -> None:
+        self._heap: List[Tuple[float, int, Callable[..., Any], tuple]] = []
+        self._cond = threading.Condition()
+        self._seq = itertools.count()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="bmq-broker-timer", daemon=True)
+        self._thread.start()
+
+    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), fn, args))
+            self._cond.notify()
+
+    def stop(self, timeout: float) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped:
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    wait = self._heap[0][0] - time.monotonic()
+                    if wait <= 0:
+                        break
+                    self._cond.wait(wait)
+                if self._stopped:
+                    return
+                _, _, fn, args = heapq.heappop(self._heap)
+            try:
+                fn(*args)
+            except Exception:  # a timer callback must never kill the timer thread
+                logger.exception("broker timer callback %r failed", fn)
+
+
+class ClientSession:
+    """One client connection as the broker sees it.
+
+    Attributes:
+        id: broker-wide client number (used by :class:`~bmq.broker.Faults`).
+        peer: ``"host:port"`` of the client.
+        client_identity: the ClientIdentity the client negotiated with (JSON-shaped dict;
+            empty until negotiation).
+
+    Thread-safety: ``send``/``close``/``pause_reading``/``resume_reading`` are safe from
+    any thread; the rest is used by the session's reader thread under the broker lock.
+    """
+
+    def __init__(self, broker: "Broker", sock: socket.socket, peer: str, session_id: int) -> None:
+        self.id = session_id
+        self.peer = peer
+        self.client_identity: Dict[str, Any] = {}
+        self.encoding = _codec.ENCODING_JSON
+        self.negotiated = False
+        self.disconnected = False
+        self.guid_generating = False
+        self.reads_new_properties = True
+        self.handles: Dict[int, QueueHandle] = {}
+        self.closed_queue_ids: Set[int] = set()
+        self.alive = True  # received something since the last heartbeat check
+        # ACKs of the PUTs read in one recv(), sent as one ACK event (see _flush_acks).
+        self.pending_acks: List[Tuple[int, int, bytes, int]] = []
+        self.missed_heartbeats = 0
+        self._broker = broker
+        self._sock = sock
+        self._frames = _codec.FrameReader(broker.max_event_size)
+        self._out: collections.deque = collections.deque()
+        self._out_bytes = 0
+        self._cond = threading.Condition()
+        self._closing = False
+        self._withheld: List[bytes] = []
+        self._reading = threading.Event()
+        self._reading.set()
+        self._reader = threading.Thread(target=self._read_loop, name=f"bmq-broker-read-{session_id}", daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name=f"bmq-broker-write-{session_id}", daemon=True)
+
+    def __repr__(self) -> str:
+        return f"<ClientSession {self.id} {self.peer}>"
+
+    def start(self) -> None:
+        # Writer first: the reader's exit path joins it.
+        self._writer.start()
+        self._reader.start()
+
+    @property
+    def is_open(self) -> bool:
+        """False once the connection is being closed (by either side)."""
+        return not self._closing
+
+    def join(self, timeout: float) -> None:
+        for thread in (self._reader, self._writer):
+            if thread is not threading.current_thread() and thread.ident is not None:
+                thread.join(timeout)
+
+    # ---- output ----------------------------------------------------------------------
+    def send(self, data: bytes, block: bool = False) -> bool:
+        """Queue ``data`` for the writer; False if the session is closing.
+
+        ``block`` (only for the session's own reader) waits while the client is above the
+        outgoing high watermark, so a client that does not read slows only itself.
+        """
+        with self._cond:
+            if block:
+                while self._out_bytes > _OUTGOING_HIGH_WATERMARK and not self._closing:
+                    self._cond.wait(1.0)
+            if self._closing:
+                return False
+            self._out.append(data)
+            self._out_bytes += len(data)
+            self._cond.notify_all()
+        return True
+
+    def _write_loop(self) -> None:
+        sock = self._sock
+        while True:
+            with self._cond:
+                while not self._out and not self._closing:
+                    self._cond.wait()
+                if not self._out:
+                    break
+                chunks = list(self._out)
+                self._out.clear()
+                self._out_bytes = 0
+                self._cond.notify_all()
+            try:
+                sock.sendall(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+            except OSError as exc:
+                logger.debug("client %s: write failed: %s", self.peer, exc)
+                self.close()
+                break
+        shutdown_socket(sock)
+
+    def close(self, flush: bool = False) -> None:
+        """Close the connection; with ``flush`` after sending what is already queued."""
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            if not flush:
+                self._out.clear()
+                self._out_bytes = 0
+            self._cond.notify_all()
+        self._reading.set()
+        if not flush:
+            shutdown_socket(self._sock)
+
+    # ---- fault hooks -------------------------------------------------------------------
+    def pause_reading(self) -> None:
+        self._reading.clear()
+
+    def resume_reading(self) -> None:
+        self._reading.set()
+
+    def withhold(self, ack_event: bytes) -> None:
+        with self._cond:
+            self._withheld.append(ack_event)
+
+    def release_acks(self) -> int:
+        with self._cond:
+            withheld, self._withheld = self._withheld, []
+        for event in withheld:
+            self.send(event)
+        return len(withheld)
+
+    # ---- input -----------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        sock = self._sock
+        try:
+            while True:
+                if not self._reading.is_set():
+                    self._reading.wait()
+                if self._closing:
+                    break
+                data = sock.recv(_RECV_SIZE)
+                if not data:
+                    break
+                self.alive = True
+                for event in self._frames.feed(data):
+                    self._broker._handle_event(self, event)
+                    if self._closing:
+                        break
+                self._broker._flush_acks(self)
+        except ProtocolError as exc:
+            logger.warning("client %s sent a malformed frame, closing its connection: %s", self.peer, exc)
+        except OSError as exc:
+            logger.debug("client %s: read failed: %s", self.peer, exc)
+        except Exception:  # a broker bug must cost one connection, not the broker
+            logger.exception("client %s: internal error, closing its connection", self.peer)
+        finally:
+            self.close(flush=True)
+            self._writer.join(5.0)
+            try:
+                sock.close()
+            except OSError:
+                pass
+            self._broker._session_gone(self)
+
+
+def shutdown_socket(sock: socket.socket) -> None:
+    """Shut both directions down, waking any thread blocked on ``sock``; errors ignored."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
