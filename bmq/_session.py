@@ -146,6 +146,7 @@ class Session:
         self._state = _STARTING
         self._stop_started = False
         self._conn: Optional[_Connection] = None  # negotiated, current: control traffic
+        self._generation = 0  # connections adopted so far
         self._rids = itertools.count(1)
         self._requests: Dict[int, _Request] = {}
         self._queues: Dict[str, Queue] = {}
@@ -276,6 +277,7 @@ class Session:
         if conn.transport.closed:
             raise ConnectionLost(f"connection to {self.broker} lost right after negotiation")
         self._conn = conn
+        self._generation += 1
         self._new_style = conn.new_style_properties
 
     def _on_connection_failure(self, conn: _Connection, exc: BaseException) -> None:
@@ -384,7 +386,11 @@ class Session:
 
     def _reopen(self, queue: Queue) -> None:
         try:
+            applied = queue.options
             self._open_handle(queue, self.options.open_queue_timeout, buffered=False)
+            if queue.read and queue.options is not applied and not queue.suspended:
+                # configure_queue() ran during the reopen: catch up with its options.
+                self._configure_handle(queue, queue.options, self.options.configure_queue_timeout, buffered=False)
         except (ConnectionLost, TimeoutError):
             raise
         except Error as e:
@@ -551,8 +557,17 @@ class Session:
                 sub_id=sub_id,
             )
             self._queues[uri] = queue
+        deadline = time.monotonic() + timeout
+        generation = self._generation
         try:
-            self._open_handle(queue, timeout, buffered=True)
+            try:
+                self._open_handle(queue, timeout, buffered=True)
+            except BrokerError:
+                if self._generation == generation:
+                    raise
+                # Reconnected between OpenQueue and ConfigureStream: the new connection never
+                # saw the open, so start over on it.
+                self._open_handle(queue, max(0.0, deadline - time.monotonic()), buffered=True)
         except BaseException:
             self._forget_queue(queue, AckStatus.CANCELED)
             raise
@@ -647,10 +662,14 @@ class Session:
         """
         queue = self._lookup(uri)
         timeout = self.options.configure_queue_timeout if timeout is None else timeout
-        if queue.state not in (OPEN, PENDING):
-            raise QueueStateError(f"{uri} is {queue.state}")
-        if queue.read and not queue.suspended:
-            self._configure_handle(queue, options, timeout, buffered=True)
+        with self._lock:
+            if queue.state not in (OPEN, PENDING):
+                raise QueueStateError(f"{uri} is {queue.state}")
+            if queue.state == PENDING or not queue.read or queue.suspended:
+                # Nothing to send now: the reopen (or the resume) applies the latest options.
+                queue._options = options
+                return
+        self._configure_handle(queue, options, timeout, buffered=True)
         queue._options = options
 
     def close_queue(self, uri: str, timeout: Optional[float] = None) -> None:

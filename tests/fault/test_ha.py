@@ -77,6 +77,26 @@ def test_reconnect_reopens_queues_and_reports_events_in_order(broker):
         assert reader.get(timeout=5.0).data == b"to foo"
 
 
+def test_a_queue_that_cannot_be_reopened_is_reported_and_closed(broker):
+    with bmq.Session(broker.address, options()) as session:
+        kept = session.open_queue(fresh(), write=True)
+        lost = session.open_queue(fresh("bmq.test.mem.fanout"), write=True)
+        del broker.domains["bmq.test.mem.fanout"]  # the broker no longer knows the domain
+        broker.faults.refuse_negotiation(True)
+        broker.faults.drop_connections()
+        wait_event(session, events.ConnectionLost)
+        orphan = lost.post_async(b"never acknowledged")
+        broker.faults.refuse_negotiation(False)
+        seen = wait_event(session, events.StateRestored)
+        assert events.QueueReopenFailed(lost.uri) in [type(e)(e.queue_uri) for e in seen
+                                                      if isinstance(e, events.QueueReopenFailed)]
+        assert events.QueueReopened(kept.uri) in seen
+        assert orphan.result(5.0).status is bmq.AckStatus.UNKNOWN
+        with pytest.raises(bmq.QueueStateError):
+            lost.post(b"x")
+        assert kept.post(b"x").status is bmq.AckStatus.SUCCESS
+
+
 def test_unacknowledged_posts_are_resent_with_original_guids(broker):
     with bmq.Session(broker.address, options()) as session:
         queue = session.open_queue(fresh(), write=True)
@@ -390,3 +410,46 @@ def test_fuzzed_broker_frames_never_crash_or_hang_the_session(broker, captures_d
         assert queue.post(b"final", timeout=15.0).status is bmq.AckStatus.SUCCESS
     # Many mutations are caught (connection dropped and re-established), none crashed anything.
     assert len(errors) >= 5, f"only {len(errors)} of 100 mutated frames were detected"
+
+
+def test_configure_while_disconnected_is_applied_by_the_reopen(broker):
+    with bmq.Session(broker.address, options()) as session:
+        big_only = bmq.QueueOptions(subscriptions=("n > 100",))
+        reader = session.open_queue(fresh(), read=True, write=True, options=big_only)
+        broker.faults.refuse_negotiation(True)
+        broker.faults.drop_connections()
+        wait_event(session, events.ConnectionLost)
+        start = time.monotonic()
+        session.configure_queue(reader.uri, bmq.QueueOptions(subscriptions=("n < 5",)))
+        assert time.monotonic() - start < 1.0, "a configure while disconnected completes locally"
+        broker.faults.refuse_negotiation(False)
+        wait_event(session, events.StateRestored)
+        reader.post_many([b"small", b"big"], [{"n": 1}, {"n": 500}])
+        assert reader.get(timeout=5.0).data == b"small"
+        assert reader.get(timeout=0.2) is None
+
+
+def test_open_in_flight_during_a_disconnect_completes_after_the_reconnect(broker):
+    with bmq.Session(broker.address, options()) as session:
+        session.open_queue(fresh(), write=True)
+        broker.faults.delay_control_responses(0.3)
+        result = {}
+        uri = fresh()
+
+        def opener():
+            try:
+                result["queue"] = session.open_queue(uri, read=True, write=True)
+            except Exception as e:  # reported below
+                result["error"] = e
+
+        thread = threading.Thread(target=opener)
+        thread.start()
+        # Drop the connection once the broker has the OpenQueue but before it answers.
+        assert broker.wait_for(lambda: sum(len(c.handles) for c in broker.clients()) >= 2, 5.0)
+        broker.faults.drop_connections()
+        broker.faults.delay_control_responses(0.0)
+        thread.join(10.0)
+        assert "error" not in result, result.get("error")
+        queue = result["queue"]
+        queue.post(b"works")
+        assert queue.get(timeout=5.0).data == b"works"
