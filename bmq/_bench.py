@@ -210,7 +210,11 @@ def run_official(broker: str, uri: str, *, size: int, count: int, producers: int
     collector = _Collector(count, time.perf_counter_ns())
     sessions = []
 
+    stopping = threading.Event()
+
     def on_message(message, handle) -> None:
+        if stopping.is_set():  # late deliveries while the sessions shut down
+            return
         collector.record([message.data])
         handle.confirm()
         if progress:
@@ -255,6 +259,7 @@ def run_official(broker: str, uri: str, *, size: int, count: int, producers: int
         post_end = time.perf_counter_ns()
         finished = collector.done.wait(timeout)
     finally:
-        for session in sessions:
+        stopping.set()
+        for session in reversed(sessions):  # producers first: nothing new for the consumers
             session.stop()
     return _finish(result, collector, post_end, not finished)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import json
 import logging
 import os
@@ -19,7 +18,7 @@ import sys
 import threading
 import time
 from concurrent.futures import wait
-from typing import IO, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, Dict, List, Optional, Sequence, Tuple
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -68,19 +67,6 @@ class Progress:
         if self.enabled:
             self.stream.write("\n")
             self.stream.flush()
-
-
-@contextlib.contextmanager
-def broker_address(args: argparse.Namespace) -> Iterator[str]:
-    """``--broker`` if given, else the address of an embedded broker that lives for the block."""
-    if args.broker:
-        yield args.broker
-        return
-    from .broker import Broker
-
-    with Broker() as embedded:
-        logging.getLogger("bmq.cli").info("embedded broker listening on %s", embedded.address)
-        yield embedded.address
 
 
 def parse_property(text: str) -> Tuple[str, object, Optional[str]]:
@@ -150,6 +136,7 @@ def _payloads(args: argparse.Namespace) -> Tuple[List[bytes], int]:
 
 def cmd_post(args: argparse.Namespace) -> int:
     import bmq
+    from .broker import broker_address
 
     payloads, count = _payloads(args)
     properties, property_types = _properties(args)
@@ -185,7 +172,7 @@ def cmd_post(args: argparse.Namespace) -> int:
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
-    with broker_address(args) as address, bmq.Session(broker=address) as session:
+    with broker_address(args.broker) as address, bmq.Session(broker=address) as session:
         queue = session.open_queue(args.uri, write=True)
         shares = [count // args.threads + (1 if i < count % args.threads else 0) for i in range(args.threads)]
         started = time.monotonic()
@@ -231,12 +218,13 @@ def message_record(msg) -> dict:
 
 def cmd_consume(args: argparse.Namespace) -> int:
     import bmq
+    from .broker import broker_address
 
     out = sys.stdout.buffer
     received = 0
     pending: list = []
     progress = Progress("consume", args.count or 0)
-    with broker_address(args) as address, bmq.Session(broker=address) as session:
+    with broker_address(args.broker) as address, bmq.Session(broker=address) as session:
         queue = session.open_queue(args.uri, read=True, options=bmq.QueueOptions(
             max_unconfirmed_messages=args.max_unconfirmed))
         while args.count is None or received < args.count:
@@ -274,12 +262,14 @@ def _format_row(result) -> str:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import _bench
+    from .broker import broker_address
 
     if args.count <= 0 or args.producers <= 0 or args.consumers <= 0:
         raise CommandError("--count, --producers and --consumers must be positive")
     _bench.make_payload(args.size)  # validates --size before anything starts
     results = []
-    with broker_address(args) as address:
+    # A broker in this process would share the GIL with the client being measured.
+    with broker_address(args.broker, separate_process=True) as address:
         where = args.broker or f"embedded broker {address}"
         print(f"bmq bench: {args.count:,} messages of {args.size} B, {args.producers} producer(s), "
               f"{args.consumers} consumer(s), via {where}", file=sys.stderr)

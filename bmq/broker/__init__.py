@@ -32,6 +32,7 @@ Known differences from bmqbrkr, all deliberate:
 * Any authentication request is accepted (anonymous-style, no expiry).
 """
 from ._faults import Faults
+from ._local import broker_address
 from ._queues import DEFAULT_DOMAINS, Domain, StoredMessage
 from ._connection import ClientSession
 from ._server import Broker
@@ -39,6 +40,7 @@ from ._subscriptions import Expression, ExpressionError
 
 __all__ = [
     "Broker",
+    "broker_address",
     "ClientSession",
     "DEFAULT_DOMAINS",
     "Domain",
