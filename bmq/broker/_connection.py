@@ -123,6 +123,7 @@ class ClientSession:
         return f"<ClientSession {self.id} {self.peer}>"
 
     def start(self) -> None:
+        """Start this client's reader and writer threads (broker-internal)."""
         # Writer first: the reader's exit path joins it.
         self._writer.start()
         self._reader.start()
@@ -133,6 +134,7 @@ class ClientSession:
         return not self._closing
 
     def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for each of this client's threads to end."""
         for thread in (self._reader, self._writer):
             if thread is not threading.current_thread() and thread.ident is not None:
                 thread.join(timeout)
@@ -191,16 +193,20 @@ class ClientSession:
 
     # ---- fault hooks -------------------------------------------------------------------
     def pause_reading(self) -> None:
+        """Stop reading this client's socket, so TCP backpressure builds (a fault)."""
         self._reading.clear()
 
     def resume_reading(self) -> None:
+        """Read this client's socket again after :meth:`pause_reading`."""
         self._reading.set()
 
     def withhold(self, ack_event: bytes) -> None:
+        """Keep ``ack_event`` back until :meth:`release_acks` (a fault)."""
         with self._cond:
             self._withheld.append(ack_event)
 
     def release_acks(self) -> int:
+        """Send every withheld ACK event; return how many there were."""
         with self._cond:
             withheld, self._withheld = self._withheld, []
         for event in withheld:
