@@ -57,6 +57,9 @@ class RawClient:
         self.guids = _codec.GuidGenerator()
         self._frames = _codec.FrameReader()
         self._backlog: Deque[bytes] = collections.deque()
+        # Types of the latest events in the order they arrived (answered heartbeats excluded),
+        # for tests of the broker's ordering across event types; bounded for long runs.
+        self.arrivals: Deque[int] = collections.deque(maxlen=1024)
         self._rids = itertools.count(1)
         self._correlation_ids = itertools.count(1)
         self.heartbeat_requests = 0
@@ -116,6 +119,7 @@ class RawClient:
                 if self.answer_heartbeats:
                     self.send(_codec.HEARTBEAT_RSP)
                     continue
+            self.arrivals.append(event_type)
             self._backlog.append(event)
         return True
 

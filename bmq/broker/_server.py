@@ -21,7 +21,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .. import _codec, _schema
 from ..exceptions import ProtocolError
@@ -350,13 +350,21 @@ class Broker:
         else:
             logger.warning("client %s: dropping unexpected event type %d", session.peer, event_type)
 
-    def _send_control(self, session: ClientSession, message: Dict[str, Any], kind: str = "control", encoding: Optional[int] = None) -> None:
+    def _send_control(
+        self,
+        session: ClientSession,
+        message: Dict[str, Any],
+        kind: str = "control",
+        encoding: Optional[int] = None,
+        then: Sequence[bytes] = (),
+    ) -> None:
+        """Send a control message, then the events in ``then`` (delayed with it, if at all)."""
         data = _schema.encode_event(_schema.with_defaults(message, kind), session.encoding if encoding is None else encoding, kind)
         delay = self.faults.control_delay
         if delay > 0 and self._scheduler is not None:
-            self._scheduler.call_later(delay, session.send, data)
+            self._scheduler.call_later(delay, _send_all, session, [data, *then])
         else:
-            session.send(data)
+            _send_all(session, [data, *then])
 
     # ---- negotiation -------------------------------------------------------------------
     def _negotiate(self, session: ClientSession, event: bytes, event_type: int) -> None:
@@ -456,14 +464,19 @@ class Broker:
         if rid is None or rid < 0 or handler is None:
             logger.warning("client %s: dropping control message %s (rId %s)", session.peer, choice, rid)
             return
-        try:
-            with self._lock:
+        with self._lock, self._batched_pushes() as batch:
+            try:
                 reply = handler(self, session, message[choice])
-                self._notify()
-        except StatusError as exc:
-            logger.info("client %d: %s failed: %s %s", session.id, choice, exc.category, exc.message)
-            reply = ("status", exc.as_status())
-        self._send_control(session, {"rId": rid, reply[0]: reply[1]})
+            except StatusError as exc:
+                logger.info("client %d: %s failed: %s %s", session.id, choice, exc.category, exc.message)
+                reply = ("status", exc.as_status())
+            self._notify()
+            # bmqbrkr answers a request before delivering what it released (a configure of a
+            # queue that already holds messages); the official SDK crashes on a PUSH for a
+            # subscription whose configure it has not seen answered. Sent under the lock, so
+            # no PUSH from another reader thread can slip in between either.
+            pushes = self._push_events(session, batch.pop(session, []))
+            self._send_control(session, {"rId": rid, reply[0]: reply[1]}, then=pushes)
 
     def _open_queue(self, session: ClientSession, request: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
         params = request.get("handleParameters") or {}
@@ -608,14 +621,18 @@ class Broker:
             self._notify()
 
     @contextlib.contextmanager
-    def _batched_pushes(self) -> Iterator[None]:
+    def _batched_pushes(self) -> Iterator[Dict[ClientSession, List[tuple]]]:
         """Collect deliveries made inside the block; send one PUSH event per session at the end.
 
         Call with the broker lock held (deliveries stay ordered across reader threads).
+
+        Yields:
+            The batch (session -> PUSH specs); a session the block removes from it is left to
+            the block to serve.
         """
         self._push_batch = {}
         try:
-            yield
+            yield self._push_batch
         finally:
             batch, self._push_batch = self._push_batch, None
             for session, specs in batch.items():
@@ -705,10 +722,16 @@ class Broker:
         if batch is not None:
             batch.setdefault(session, []).extend(specs)
             return
+        _send_all(session, self._push_events(session, specs))
+
+    @staticmethod
+    def _push_events(session: ClientSession, specs: List[tuple]) -> List[bytes]:
+        """PUSH events carrying ``specs``, in the properties style ``session`` reads."""
+        if not specs:
+            return []
         if not session.reads_new_properties:
             specs = [_old_style_push(spec) for spec in specs]
-        for event in _codec.build_push_events(specs):
-            session.send(event)
+        return _codec.build_push_events(specs)
 
     def _session_gone(self, session: ClientSession) -> None:
         with self._lock:
@@ -717,6 +740,11 @@ class Broker:
             self._sessions.pop(session.id, None)
             self._notify()
         logger.info("client %d (%s) disconnected", session.id, session.peer)
+
+
+def _send_all(session: ClientSession, events: Sequence[bytes]) -> None:
+    for event in events:
+        session.send(event)
 
 
 def _version_status(identity: Mapping[str, Any]) -> Tuple[Tuple[str, int, str], bool]:

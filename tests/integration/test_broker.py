@@ -160,6 +160,25 @@ def test_configure_queue_stream_uses_sub_queue_id_in_push(broker: Broker, client
     assert broker.wait_for(lambda: not broker.queue_messages(FANOUT, app_id="bar"), 5)
 
 
+@pytest.mark.parametrize("encoding", [JSON, BER])
+@pytest.mark.parametrize("old_configure", [False, True], ids=["configureStream", "configureQueueStream"])
+@pytest.mark.parametrize("control_delay", [0.0, 0.05], ids=["prompt", "delayed"])
+def test_configure_response_precedes_the_backlog_it_releases(broker: Broker, encoding: int, old_configure: bool, control_delay: float) -> None:
+    with RawClient(broker.port) as producer:
+        producer.open(PRIORITY, 0, write=True)
+        guids = producer.put(0, [b"a", b"b", b"c"])
+        assert [ack[0] for ack in producer.acks(3)] == [0, 0, 0]
+    broker.faults.delay_control_responses(control_delay)
+    with RawClient(broker.port, encoding=encoding) as reader:
+        assert reader.open(PRIORITY, 0, read=True)[0] == "openQueueResponse"
+        reader.arrivals.clear()
+        reply = reader.configure_old(0)[0] if old_configure else reader.configure(0)[0]
+        assert reply == ("configureQueueStreamResponse" if old_configure else "configureStreamResponse")
+        assert [p[1] for p in reader.pushes(3)] == guids
+        assert reader.arrivals[0] == _codec.EVENT_CONTROL
+        assert set(list(reader.arrivals)[1:]) == {_codec.EVENT_PUSH}
+
+
 # ---- PUT / ACK -------------------------------------------------------------------------
 def test_put_ack_push_confirm(broker: Broker) -> None:
     c = writer_reader(broker, subscriptions=[(9, "", 0)])

@@ -3,7 +3,10 @@ payloads, all seven property types and zlib-compressed messages arrive identical
 from __future__ import annotations
 
 import itertools
+import json
 import queue as stdqueue
+import subprocess
+import sys
 import threading
 import time
 
@@ -90,7 +93,9 @@ def test_bmq_producer_to_official_consumer(broker):
     received: "stdqueue.Queue" = stdqueue.Queue()
 
     def on_message(message, handle):
-        received.put((message.data, dict(message.properties), dict(message.property_types)))
+        # Until it is confirmed the broker still holds the message: look at how it stored it.
+        stored = {m.payload: m.compression for m in broker.queue_messages(uri)}
+        received.put((message.data, dict(message.properties), dict(message.property_types), stored.get(message.data)))
         handle.confirm()
 
     consumer = official_session(broker, on_message=on_message)
@@ -101,11 +106,11 @@ def test_bmq_producer_to_official_consumer(broker):
             writer.post(b"plain")
             writer.post(b"typed", ALL_TYPES, property_types=BMQ_TYPES)
             writer.post(BIG, {"kind": "zlib"}, compression="zlib")
-            assert broker.queue_messages(uri)[-1].compression == 1
             got = [received.get(timeout=10.0) for _ in range(3)]
     finally:
         consumer.stop()
-    assert [data for data, _, _ in got] == [b"plain", b"typed", BIG]
+    assert [data for data, *_ in got] == [b"plain", b"typed", BIG]
+    assert [compression for *_, compression in got] == [0, 0, 1], "bmq stored the big message zlib-compressed"
     assert got[0][1] == {}
     typed_values, typed_types = got[1][1], got[1][2]
     assert set(typed_values) == set(ALL_TYPES)
@@ -135,3 +140,65 @@ def test_many_messages_both_ways_keep_order_and_count(broker):
     finally:
         consumer.stop()
     assert [received.get_nowait() for _ in range(count)] == [b"n%d" % i for i in range(count)]
+
+
+# The official consumer runs in a child process: should libbmq crash (it used to segfault on a
+# PUSH that overtook the configure response), the suite survives and reports the signal.
+_OFFICIAL_CONSUMER = """
+import json, sys, threading
+import blazingmq
+
+address, uri, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+received, done = [], threading.Event()
+
+def on_message(message, handle):
+    received.append([message.data.decode(), dict(message.properties)])
+    handle.confirm()
+    if len(received) >= count:
+        done.set()
+
+session = blazingmq.Session(lambda event: None, on_message=on_message, broker=address)
+session.open_queue(uri, read=True)
+complete = done.wait(20.0)
+session.close_queue(uri)
+session.stop()
+print(json.dumps({"complete": complete, "received": received}))
+"""
+
+
+def post_with_bmq(broker, uri, payloads):
+    with bmq.Session(broker.address) as session:
+        writer = session.open_queue(uri, write=True)
+        for index, payload in enumerate(payloads):
+            writer.post(payload, {"i": index})  # returns once the broker ACKed it
+
+
+def post_with_official(broker, uri, payloads):
+    producer = official_session(broker)
+    try:
+        producer.open_queue(uri, write=True)
+        acks: "stdqueue.Queue" = stdqueue.Queue()
+        for index, payload in enumerate(payloads):
+            producer.post(uri, payload, properties={"i": index}, on_ack=acks.put)
+        assert all(acks.get(timeout=10.0).status == blazingmq.AckStatus.SUCCESS for _ in payloads)
+    finally:
+        producer.stop()
+
+
+@pytest.mark.parametrize("post", [post_with_bmq, post_with_official], ids=["bmq", "official"])
+def test_official_consumer_drains_a_queue_filled_before_it_opened(broker, post):
+    uri = fresh()
+    payloads = [b"m%d" % i for i in range(50)]
+    post(broker, uri, payloads)
+    assert [m.payload for m in broker.queue_messages(uri)] == payloads
+    child = subprocess.run(
+        [sys.executable, "-c", _OFFICIAL_CONSUMER, broker.address, uri, str(len(payloads))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 0, f"official consumer exited with {child.returncode}: {child.stderr[-2000:]}"
+    report = json.loads(child.stdout.strip().splitlines()[-1])
+    assert report["complete"], report
+    assert report["received"] == [[p.decode(), {"i": i}] for i, p in enumerate(payloads)]
+    assert broker.wait_for(lambda: not broker.queue_messages(uri), 10.0), "every message was confirmed"
