@@ -2,7 +2,6 @@
 
 cdef enum:
     C_RECORD_SIZE = 24
-    C_RECORD_WORDS = 6
     C_ACK_CONFIRM_HEADER = 0x16   # HeaderWords 1, PerMessageWords 6
 
 

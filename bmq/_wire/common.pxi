@@ -62,7 +62,6 @@ cdef enum:
     C_PUT_ACK_REQUESTED = 1
     C_PUT_MESSAGE_PROPERTIES = 2
     C_PUSH_IMPLICIT_PAYLOAD = 1
-    C_PUSH_MESSAGE_PROPERTIES = 2
     C_COMPRESSION_NONE = 0
     C_COMPRESSION_ZLIB = 1
     C_COMPRESSION_THRESHOLD = 1024
@@ -177,10 +176,11 @@ cdef inline bytes new_bytes(Py_ssize_t n):
 
 cdef inline int64_t as_uint32_or_int32(object value, str what) except -1:
     """``value`` as a 32-bit wire word: signed or unsigned 32-bit ints are both accepted."""
-    cdef int64_t v = value
-    if v < -0x80000000 or v > 0xFFFFFFFF:
+    if not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    if not -0x80000000 <= value <= 0xFFFFFFFF:
         raise ValueError(f"{what} {value} does not fit in 32 bits")
-    return v & 0xFFFFFFFF
+    return <int64_t>value & 0xFFFFFFFF
 
 
 cdef inline bytes guid_bytes(object guid):

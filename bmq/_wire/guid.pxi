@@ -1,7 +1,6 @@
 # MessageGUID generation (§7) and textual forms.
 
 import hashlib as _hashlib
-import os as _os
 import socket as _socket
 import threading as _threading
 import time as _time

@@ -8,7 +8,6 @@ cdef enum:
     C_MAX_VALUE_LENGTH = 67104745
     # Unpadded area cap (C++ MessageProperties); padded it stays within 2^24-1 words.
     C_MAX_AREA_UNPADDED = 67108856
-    C_MAX_VALUE_FIELD = (1 << 26) - 1
 
 # Fixed value sizes by property type; 0 = variable (STRING, BINARY), -1 = invalid type.
 cdef int[8] FIXED_SIZE = [-1, 1, 1, 2, 4, 8, 0, 0]
@@ -95,10 +94,10 @@ def encode_properties(properties, bint new_style=True):
             raise PropertyError(f"property {name!r}: unknown property type {ptype!r}", name)
         vb = _property_value(name, ptype, value)
         if len(vb) > C_MAX_VALUE_LENGTH:
-            raise MessageTooLargeError(f"property {name!r}: value of {len(vb)} bytes > {C_MAX_VALUE_LENGTH}")
+            raise PropertyError(f"property {name!r}: value of {len(vb)} bytes > {C_MAX_VALUE_LENGTH}", name)
         unpadded += C_PROP_HEADER_SIZE + len(nb) + len(vb)
         if unpadded > C_MAX_AREA_UNPADDED:
-            raise MessageTooLargeError(f"property {name!r}: properties area exceeds {C_MAX_AREA_UNPADDED} bytes")
+            raise PropertyError(f"property {name!r}: properties area exceeds {C_MAX_AREA_UNPADDED} bytes", name)
         names.append(nb)
         types.append(ptype)
         values.append(vb)

@@ -6,7 +6,6 @@ cdef enum:
     C_PUSH_MIN_HEADER_WORDS = 7
     C_PUSH_VALID_FLAGS = 0x7
     C_OPT_SUB_QUEUE_IDS_OLD = 1
-    C_OPT_MSG_GROUP_ID = 2
     C_OPT_SUB_QUEUE_INFOS = 3
     C_MAX_OPTION_WORDS = 0x1FFFFF
 
@@ -147,6 +146,7 @@ cdef tuple parse_options(Reader *r, const unsigned char *p, Py_ssize_t n, Py_ssi
             if item < 4 or (size - 4) % item:
                 _protocol_error(f"SubQueueInfo items of {item} bytes", r.event_type, offset + pos)
         else:
+            # MSG_GROUP_ID (2): carries no sub-queue ids; the feature is disabled anyway.
             pos += size
             continue
         count = (size - 4) // item

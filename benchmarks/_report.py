@@ -1,0 +1,106 @@
+"""Shared helpers for every benchmark script: the ``--json FILE`` option, an aligned table on
+stdout and a JSON record of the results together with the machine they were measured on."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+
+def make_parser(description: str) -> argparse.ArgumentParser:
+    """An argument parser with the options every benchmark understands.
+
+    Args:
+        description: one line saying what the benchmark measures.
+
+    Returns:
+        A parser with ``--json FILE``; scripts may add their own options.
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    return parser
+
+
+def cpu_model() -> str:
+    """The CPU model name (from /proc/cpuinfo where available)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> Dict[str, Any]:
+    """CPU model, core count, Python version, platform and the current UTC date."""
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def best_time(func: Callable[[], Any], repeat: int = 5) -> float:
+    """The fastest of ``repeat`` wall-clock runs of ``func``, in seconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        func()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Rows as an aligned text table (numbers right-aligned, floats to 3 significant places)."""
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+        if isinstance(value, int):
+            return f"{value:,}"
+        return str(value)
+
+    text: List[List[str]] = [list(headers)] + [[cell(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in text) for i in range(len(headers))]
+    numeric = [all(isinstance(row[i], (int, float)) for row in rows) for i in range(len(headers))]
+    lines = []
+    for n, row in enumerate(text):
+        parts = [v.rjust(w) if numeric[i] and n else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(parts).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def emit(
+    title: str,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    results: Mapping[str, Any],
+    json_path: Optional[str],
+) -> None:
+    """Print the table (and machine line); write ``results`` + machine info to ``json_path``.
+
+    Args:
+        title: heading printed above the table.
+        headers: column names.
+        rows: table rows.
+        results: the machine-readable numbers (flat mapping of name to value).
+        json_path: where to write the JSON record, or None.
+    """
+    info = machine_info()
+    print(f"{title}\n{info['cpu']}, {info['cores']} cores, Python {info['python']}, {info['date']}\n")
+    print(format_table(headers, rows))
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump({"benchmark": title, "machine": info, "results": dict(results)}, f, indent=2)
+            f.write("\n")

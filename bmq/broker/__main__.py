@@ -1,0 +1,6 @@
+"""``python -m bmq.broker``: the embedded broker in the foreground."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,513 @@
+"""Domains, queue storage, routing, consumers, flow control and de-duplication.
+
+Everything here runs under the broker's single state lock (see :mod:`bmq.broker._server`);
+nothing in this module locks, blocks or touches sockets. Deliveries are handed to a
+``send_pushes(session, specs)`` callback owned by the server, which only enqueues bytes.
+
+Thread-safety: not thread-safe by itself; every call must hold the broker lock.
+"""
+from __future__ import annotations
+
+import collections
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
+
+from .. import _codec
+from ._subscriptions import Expression, ExpressionError
+
+__all__ = [
+    "Domain",
+    "DEFAULT_DOMAINS",
+    "StoredMessage",
+    "Queue",
+    "StatusError",
+    "parse_uri",
+    "DEFAULT_APP_ID",
+    "INVALID_PRIORITY",
+]
+
+DEFAULT_APP_ID = "__default"
+INVALID_PRIORITY = -(2**31)  # consumerPriority of a deconfigured ("not a consumer") stream
+
+# RoutingConfiguration flags the real broker's queue engines report (FACTS §9.2).
+_ROUTING_FLAGS = {"priority": 2, "fanout": 10, "broadcast": 7}
+
+# Wire ACK statuses (FACTS §3.3).
+ACK_SUCCESS = 0
+ACK_LIMIT_MESSAGES = 1
+ACK_LIMIT_BYTES = 2
+ACK_UNKNOWN = 5
+
+_URI = re.compile(
+    r"^bmq://(?P<domain>[A-Za-z0-9_.-]+?)(?:\.~(?P<tier>[A-Za-z0-9-]+))?"
+    r"/(?P<queue>[A-Za-z0-9_.-]{1,64})(?:\?id=(?P<app>[A-Za-z0-9_.-]+))?$"
+)
+
+
+class StatusError(Exception):
+    """A control request the broker answers with a failure ``status``.
+
+    Attributes:
+        category: StatusCategory name, e.g. ``"E_UNKNOWN"``.
+        code: numeric code.
+        message: text for the client.
+    """
+
+    def __init__(self, category: str, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self.category = category
+        self.code = code
+        self.message = message
+
+    def as_status(self) -> Dict[str, Any]:
+        """The ``status`` choice body."""
+        return {"category": self.category, "code": self.code, "message": self.message}
+
+
+def parse_uri(uri: str) -> Tuple[str, str, Optional[str]]:
+    """``(domain, canonical_uri, app_id or None)`` of a queue URI (FACTS §13).
+
+    Raises:
+        StatusError: E_REFUSED, as the broker answers an OpenQueue with a bad URI.
+    """
+    match = _URI.match(uri)
+    if match is None:
+        raise StatusError("E_REFUSED", f"invalid URI '{uri}'", -1)
+    domain = match.group("domain")
+    canonical = uri.split("?", 1)[0]
+    return domain, canonical, match.group("app")
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Configuration of one domain; every queue in it inherits these settings.
+
+    Args:
+        mode: ``"priority"``, ``"fanout"`` or ``"broadcast"``.
+        app_ids: the appIds of a fan-out domain (each gets its own copy of every message).
+        max_messages: per-queue message quota; a PUT beyond it is NACKed LIMIT_MESSAGES.
+        max_bytes: per-queue quota on stored application data; NACK LIMIT_BYTES beyond it.
+        deduplication_time_ms: how long a message GUID is remembered so that a retransmitted
+            PUT is ACKed without storing a second copy; also sent in OpenQueueResponse.
+
+    Thread-safety: immutable.
+    """
+
+    mode: str = "priority"
+    app_ids: Tuple[str, ...] = ()
+    max_messages: int = 1_000_000
+    max_bytes: int = 4 * 1024**3
+    deduplication_time_ms: int = 300_000
+
+    def __post_init__(self) -> None:
+        if self.mode not in _ROUTING_FLAGS:
+            raise ValueError(f"unknown domain mode {self.mode!r}")
+        if self.mode == "fanout" and not self.app_ids:
+            raise ValueError("a fanout domain needs at least one appId")
+        if self.mode != "fanout" and self.app_ids:
+            raise ValueError("only fanout domains have appIds")
+        if self.deduplication_time_ms <= 0:
+            raise ValueError("deduplication_time_ms must be positive (the C++ SDK asserts it)")
+        object.__setattr__(self, "app_ids", tuple(self.app_ids))
+
+    @property
+    def routing_flags(self) -> int:
+        """RoutingConfiguration flags for OpenQueueResponse."""
+        return _ROUTING_FLAGS[self.mode]
+
+
+DEFAULT_DOMAINS: Dict[str, Domain] = {
+    "bmq.test.mem.priority": Domain("priority"),
+    "bmq.test.mem.fanout": Domain("fanout", app_ids=("foo", "bar", "baz")),
+    "bmq.test.mem.broadcast": Domain("broadcast"),
+    "bmq.test.persistent.priority": Domain("priority"),
+    "bmq.test.persistent.fanout": Domain("fanout", app_ids=("foo", "bar", "baz")),
+}
+
+
+class StoredMessage:
+    """One message as the broker holds it.
+
+    Attributes:
+        guid: 16-byte MessageGUID.
+        app_data: application data as it will be pushed (properties area + payload).
+        flags: PUT flags (only MESSAGE_PROPERTIES matters for delivery).
+        compression: CAT of ``app_data``.
+        schema_wire_id: SchemaId; non-zero means new-style properties.
+
+    Thread-safety: immutable after storage (the lazily decoded views are idempotent).
+    """
+
+    __slots__ = ("guid", "app_data", "flags", "compression", "schema_wire_id", "_split", "_props", "_plain")
+
+    def __init__(self, guid: bytes, app_data: bytes, flags: int, compression: int, schema_wire_id: int) -> None:
+        self.guid = guid
+        self.app_data = app_data
+        self.flags = flags & _codec.PUT_MESSAGE_PROPERTIES
+        self.compression = compression
+        self.schema_wire_id = schema_wire_id
+        self._split: Optional[Tuple[Optional[bytes], bytes]] = None
+        self._props: Optional[Dict[str, Tuple[int, Any]]] = None
+        self._plain: Optional[Dict[str, Any]] = None
+
+    def _parts(self) -> Tuple[Optional[bytes], bytes]:
+        if self._split is None:
+            self._split = _codec.split_app_data(self.app_data, self.flags, self.compression, self.schema_wire_id)
+        return self._split
+
+    @property
+    def payload(self) -> bytes:
+        """The payload, decompressed."""
+        return self._parts()[1]
+
+    @property
+    def properties(self) -> Dict[str, Tuple[int, Any]]:
+        """``{name: (PROPERTY_*, value)}``; empty without properties."""
+        if self._props is None:
+            area = self._parts()[0]
+            self._props = {} if area is None else _codec.decode_properties(area, self.schema_wire_id != 0)
+        return self._props
+
+    @property
+    def property_values(self) -> Dict[str, Any]:
+        """``{name: value}``, what subscription expressions see."""
+        if self._plain is None:
+            self._plain = {name: value for name, (_, value) in self.properties.items()}
+        return self._plain
+
+    def __len__(self) -> int:
+        return len(self.app_data)
+
+    def __repr__(self) -> str:
+        return f"StoredMessage({_codec.guid_to_hex(self.guid)}, {len(self.app_data)} bytes)"
+
+
+class Consumer:
+    """One (subscription, consumer info) of a reader stream: flow control and priority."""
+
+    __slots__ = ("stream", "sid", "priority", "max_messages", "max_bytes", "expression", "unconfirmed", "unconfirmed_bytes")
+
+    def __init__(self, stream: "SubStream", sid: int, priority: int, max_messages: int, max_bytes: int, expression: Expression) -> None:
+        self.stream = stream
+        self.sid = sid
+        self.priority = priority
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self.expression = expression
+        self.unconfirmed: Dict[bytes, StoredMessage] = {}
+        self.unconfirmed_bytes = 0
+
+    def has_capacity(self) -> bool:
+        return len(self.unconfirmed) < self.max_messages and self.unconfirmed_bytes < self.max_bytes
+
+
+class SubStream:
+    """A reader's view of one appId of a queue, within one client's queue handle."""
+
+    __slots__ = ("handle", "sub_id", "app_id", "read_count", "consumers", "retired")
+
+    def __init__(self, handle: "QueueHandle", sub_id: int, app_id: str) -> None:
+        self.handle = handle
+        self.sub_id = sub_id
+        self.app_id = app_id
+        self.read_count = 0
+        self.consumers: List[Consumer] = []
+        # Consumers replaced by a reconfigure that still hold unconfirmed messages.
+        self.retired: List[Consumer] = []
+
+
+class QueueHandle:
+    """What one client session opened under one qId."""
+
+    __slots__ = ("session", "q_id", "queue", "uri", "write_count", "substreams")
+
+    def __init__(self, session: Any, q_id: int, queue: "Queue", uri: str) -> None:
+        self.session = session
+        self.q_id = q_id
+        self.queue = queue
+        self.uri = uri
+        self.write_count = 0
+        self.substreams: Dict[int, SubStream] = {}
+
+    def stream_for_app(self, app_id: str) -> Optional[SubStream]:
+        for stream in self.substreams.values():
+            if stream.app_id == app_id:
+                return stream
+        return None
+
+
+PushSink = Callable[[Any, List[tuple]], None]
+
+
+class _App:
+    """Delivery state of one appId (the only one, ``__default``, outside fan-out)."""
+
+    __slots__ = ("app_id", "pending", "redelivery", "outstanding", "consumers", "rr")
+
+    def __init__(self, app_id: str) -> None:
+        self.app_id = app_id
+        self.pending: Dict[bytes, StoredMessage] = {}  # not delivered yet, in arrival order
+        self.redelivery: Dict[bytes, StoredMessage] = {}  # delivered, consumer went away
+        self.outstanding: Dict[bytes, Consumer] = {}  # delivered, not confirmed
+        self.consumers: List[Consumer] = []
+        self.rr = 0
+
+    def held(self) -> int:
+        return len(self.pending) + len(self.redelivery) + len(self.outstanding)
+
+
+class Queue:
+    """One queue: storage, per-appId delivery, dedup window and quotas.
+
+    Thread-safety: guarded by the broker lock.
+    """
+
+    def __init__(self, uri: str, domain_name: str, domain: Domain, send_pushes: PushSink) -> None:
+        self.uri = uri
+        self.domain_name = domain_name
+        self.domain = domain
+        self._send_pushes = send_pushes
+        self.messages: Dict[bytes, StoredMessage] = {}
+        self._refs: Dict[bytes, int] = {}  # guid -> number of apps still holding it
+        self.bytes = 0
+        self.apps: Dict[str, _App] = {
+            app_id: _App(app_id) for app_id in (domain.app_ids or (DEFAULT_APP_ID,))
+        }
+        self._dedup: Dict[bytes, float] = {}
+        self._dedup_order: Deque[Tuple[float, bytes]] = collections.deque()
+        self.handles = 0  # open handles, for logging/cleanup
+
+    # ---- storage ---------------------------------------------------------------------
+    def is_duplicate(self, guid: bytes, now: float) -> bool:
+        """True if ``guid`` is still held or was accepted within the dedup window."""
+        order = self._dedup_order
+        while order and order[0][0] <= now:
+            _, old = order.popleft()
+            if self._dedup.get(old, now + 1) <= now:
+                del self._dedup[old]
+        return guid in self._dedup or guid in self.messages
+
+    def check_quota(self, size: int) -> int:
+        """ACK status a message of ``size`` bytes would get from the quotas."""
+        if self.domain.mode == "broadcast":
+            return ACK_SUCCESS
+        if len(self.messages) >= self.domain.max_messages:
+            return ACK_LIMIT_MESSAGES
+        if self.bytes + size > self.domain.max_bytes:
+            return ACK_LIMIT_BYTES
+        return ACK_SUCCESS
+
+    def accept(self, message: StoredMessage, now: float) -> None:
+        """Store (or, for broadcast, deliver) an accepted message and route it."""
+        expiry = now + self.domain.deduplication_time_ms / 1000.0
+        self._dedup[message.guid] = expiry
+        self._dedup_order.append((expiry, message.guid))
+        if self.domain.mode == "broadcast":
+            self._broadcast(message)
+            return
+        self.messages[message.guid] = message
+        self._refs[message.guid] = len(self.apps)
+        self.bytes += len(message.app_data)
+        for app in self.apps.values():
+            app.pending[message.guid] = message
+            if app.consumers:
+                self._dispatch(app)
+
+    def _release(self, guid: bytes) -> None:
+        remaining = self._refs[guid] - 1
+        if remaining:
+            self._refs[guid] = remaining
+            return
+        del self._refs[guid]
+        message = self.messages.pop(guid)
+        self.bytes -= len(message.app_data)
+
+    def clear(self) -> None:
+        """Drop every message (restart without keeping queue contents)."""
+        self.messages.clear()
+        self._refs.clear()
+        self.bytes = 0
+        self._dedup.clear()
+        self._dedup_order.clear()
+        for app in self.apps.values():
+            app.pending.clear()
+            app.redelivery.clear()
+            app.outstanding.clear()
+
+    def held_messages(self, app_id: Optional[str]) -> List[StoredMessage]:
+        """Messages held for ``app_id`` (all held messages when None), oldest first."""
+        if app_id is None:
+            return list(self.messages.values())
+        app = self.apps.get(app_id)
+        if app is None:
+            raise KeyError(f"queue {self.uri} has no appId {app_id!r}")
+        held = {guid: self.messages[guid] for guid in app.outstanding}
+        held.update(app.redelivery)
+        held.update(app.pending)
+        return sorted(held.values(), key=_arrival_order(self.messages))
+
+    # ---- consumers -------------------------------------------------------------------
+    def app(self, app_id: str) -> Optional[_App]:
+        return self.apps.get(app_id)
+
+    def set_consumers(self, stream: SubStream, consumers: List[Consumer]) -> None:
+        """Replace the consumers of ``stream`` (a configure); then deliver what can be."""
+        app = self.apps[stream.app_id]
+        for old in stream.consumers:
+            app.consumers.remove(old)
+            if old.unconfirmed:
+                stream.retired.append(old)
+        stream.consumers = consumers
+        app.consumers.extend(consumers)
+        self._dispatch(app)
+
+    def remove_stream(self, stream: SubStream) -> None:
+        """A reader stream went away: its unconfirmed messages go back for redelivery."""
+        app = self.apps[stream.app_id]
+        for consumer in stream.consumers:
+            app.consumers.remove(consumer)
+        returned: Dict[bytes, StoredMessage] = {}
+        for consumer in stream.consumers + stream.retired:
+            for guid, message in consumer.unconfirmed.items():
+                del app.outstanding[guid]
+                returned[guid] = message
+            consumer.unconfirmed.clear()
+            consumer.unconfirmed_bytes = 0
+        stream.consumers = []
+        stream.retired = []
+        if returned and self.domain.mode != "broadcast":
+            order = _arrival_order(self.messages)
+            merged = dict(sorted({**app.redelivery, **returned}.items(), key=lambda item: order(item[1])))
+            app.redelivery = merged
+        self._dispatch(app)
+
+    def confirm(self, stream: SubStream, guid: bytes) -> bool:
+        """Confirm ``guid`` for ``stream``; False if it is not outstanding there."""
+        app = self.apps[stream.app_id]
+        consumer = app.outstanding.get(guid)
+        if consumer is None or consumer.stream is not stream:
+            return False
+        del app.outstanding[guid]
+        message = consumer.unconfirmed.pop(guid)
+        consumer.unconfirmed_bytes -= len(message.app_data)
+        if not consumer.unconfirmed and consumer in stream.retired:
+            stream.retired.remove(consumer)
+        self._release(guid)
+        self._dispatch(app)
+        return True
+
+    # ---- routing ---------------------------------------------------------------------
+    def _dispatch(self, app: _App) -> None:
+        """Deliver pending messages of ``app`` within flow control and priorities."""
+        if not app.consumers or not (app.pending or app.redelivery):
+            return
+        out: Dict[Any, List[tuple]] = {}
+        simple = all(c.expression.matches_all for c in app.consumers)
+        for source, flags in ((app.redelivery, _codec.PUSH_OUT_OF_ORDER), (app.pending, 0)):
+            delivered = []
+            for guid, message in source.items():
+                consumer = self._choose(app, message, simple)
+                if consumer is None:
+                    if simple:
+                        break  # every top-priority consumer is full: nothing else can go
+                    continue
+                delivered.append(guid)
+                consumer.unconfirmed[guid] = message
+                consumer.unconfirmed_bytes += len(message.app_data)
+                app.outstanding[guid] = consumer
+                _add_push(out, consumer, message, flags)
+            for guid in delivered:
+                del source[guid]
+            if source and simple:
+                break  # keep arrival order: fresh messages wait behind redeliveries
+        for session, specs in out.items():
+            self._send_pushes(session, specs)
+
+    @staticmethod
+    def _choose(app: _App, message: StoredMessage, simple: bool) -> Optional[Consumer]:
+        consumers = app.consumers
+        if simple:
+            candidates = consumers
+        else:
+            props = message.property_values
+            candidates = [c for c in consumers if c.expression.matches(props)]
+            if not candidates:
+                return None
+        top = max(c.priority for c in candidates)
+        count = len(candidates)
+        for step in range(count):
+            consumer = candidates[(app.rr + step) % count]
+            if consumer.priority == top and consumer.has_capacity():
+                app.rr = (app.rr + step + 1) % count
+                return consumer
+        return None
+
+    def _broadcast(self, message: StoredMessage) -> None:
+        out: Dict[Any, List[tuple]] = {}
+        for app in self.apps.values():
+            props = None if all(c.expression.matches_all for c in app.consumers) else message.property_values
+            candidates = [c for c in app.consumers if props is None or c.expression.matches(props)]
+            if not candidates:
+                continue
+            top = max(c.priority for c in candidates)
+            for consumer in candidates:
+                if consumer.priority == top:
+                    _add_push(out, consumer, message, 0)
+        for session, specs in out.items():
+            self._send_pushes(session, specs)
+
+    def stats(self) -> Dict[str, int]:
+        """Counts for logging and tests."""
+        return {"messages": len(self.messages), "bytes": self.bytes}
+
+
+def _add_push(out: Dict[Any, List[tuple]], consumer: Consumer, message: StoredMessage, flags: int) -> None:
+    handle = consumer.stream.handle
+    out.setdefault(handle.session, []).append(
+        (
+            handle.q_id,
+            message.guid,
+            (consumer.sid,),
+            message.app_data,
+            message.flags | flags,
+            message.compression,
+            message.schema_wire_id,
+        )
+    )
+
+
+def _arrival_order(messages: Dict[bytes, StoredMessage]) -> Callable[[StoredMessage], int]:
+    """Sort key putting messages in the order the queue received them."""
+    index = {guid: i for i, guid in enumerate(messages)}
+    return lambda message: index.get(message.guid, len(index))
+
+
+def make_consumers(stream: SubStream, subscriptions: Iterable[Dict[str, Any]]) -> List[Consumer]:
+    """Consumers from ConfigureStream subscriptions (JSON-shaped dicts).
+
+    Raises:
+        StatusError: an expression that does not parse (E_INVALID_ARGUMENT).
+    """
+    consumers = []
+    for subscription in subscriptions:
+        text = (subscription.get("expression") or {}).get("text", "") or ""
+        try:
+            expression = Expression(text)
+        except ExpressionError as exc:
+            raise StatusError("E_INVALID_ARGUMENT", f"invalid subscription expression: {exc}", -1) from exc
+        for info in subscription.get("consumers") or ():
+            priority = int(info.get("consumerPriority", INVALID_PRIORITY))
+            if priority == INVALID_PRIORITY or int(info.get("consumerPriorityCount", 0)) <= 0:
+                continue
+            consumers.append(
+                Consumer(
+                    stream,
+                    int(subscription.get("sId", 0)),
+                    priority,
+                    int(info.get("maxUnconfirmedMessages", 0)),
+                    int(info.get("maxUnconfirmedBytes", 0)),
+                    expression,
+                )
+            )
+    return consumers

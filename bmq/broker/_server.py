@@ -1,0 +1,901 @@
+"""The embedded broker: TCP listener, one session per client, the control protocol.
+
+Threads (all daemon, named ``bmq-broker-*``):
+
+* ``bmq-broker-accept``: accepts connections and starts a session for each.
+* per client ``bmq-broker-read-N`` reads and handles events (negotiation, control, PUT,
+  CONFIRM, heartbeats) and ``bmq-broker-write-N`` drains that client's outgoing queue into
+  its socket, so a slow client never blocks the others.
+* ``bmq-broker-timer``: heartbeat monitor and delayed sends (fault injection).
+
+All queue and routing state lives under one lock (``Broker._lock``); readers hold it only
+while they update state and enqueue the resulting PUSH bytes, never while doing socket I/O.
+"""
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from .. import _codec, _schema
+from ..exceptions import ProtocolError
+from ._faults import Faults
+from ._queues import (
+    DEFAULT_APP_ID,
+    DEFAULT_DOMAINS,
+    Domain,
+    Queue,
+    QueueHandle,
+    StatusError,
+    StoredMessage,
+    SubStream,
+    make_consumers,
+    parse_uri,
+)
+
+__all__ = ["Broker", "ClientSession"]
+
+logger = logging.getLogger(__name__)
+
+BROKER_VERSION = 999999  # what a dev bmqbrkr reports; it unlocks every SDK feature gate
+FEATURES = (
+    "PROTOCOL_ENCODING:BER,JSON;HA:GRACEFUL_SHUTDOWN,GRACEFUL_SHUTDOWN_V2,BROADCAST_TO_PROXIES;"
+    "MPS:MESSAGE_PROPERTIES_EX;SUBSCRIPTIONS:CONFIGURE_STREAM"
+)
+# Minimum and recommended SDK versions per language (FACTS §8.4).
+_SDK_GATES = {"E_CPP": (10500, 10900), "E_JAVA": (2, 2)}
+_QUEUE_READ, _QUEUE_WRITE = 2, 4
+_RESERVED_QUEUE_ID = 4294967286
+_ZERO_GUID = bytes(16)
+_OUTGOING_HIGH_WATERMARK = 64 * 1024 * 1024
+_RECV_SIZE = 256 * 1024
+_clock = time.monotonic  # the dedup window's clock (tests replace it)
+
+
+class _Scheduler:
+    """A single timer thread running callables at given times (heartbeats, delays)."""
+
+    def __init__(self) -> None:
+        self._heap: List[Tuple[float, int, Callable[..., Any], tuple]] = []
+        self._cond = threading.Condition()
+        self._seq = itertools.count()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="bmq-broker-timer", daemon=True)
+        self._thread.start()
+
+    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), fn, args))
+            self._cond.notify()
+
+    def stop(self, timeout: float) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped:
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    wait = self._heap[0][0] - time.monotonic()
+                    if wait <= 0:
+                        break
+                    self._cond.wait(wait)
+                if self._stopped:
+                    return
+                _, _, fn, args = heapq.heappop(self._heap)
+            try:
+                fn(*args)
+            except Exception:  # a timer callback must never kill the timer thread
+                logger.exception("broker timer callback %r failed", fn)
+
+
+class ClientSession:
+    """One client connection as the broker sees it.
+
+    Attributes:
+        id: broker-wide client number (used by :class:`~bmq.broker.Faults`).
+        peer: ``"host:port"`` of the client.
+        client_identity: the ClientIdentity the client negotiated with (JSON-shaped dict;
+            empty until negotiation).
+
+    Thread-safety: ``send``/``close``/``pause_reading``/``resume_reading`` are safe from
+    any thread; the rest is used by the session's reader thread under the broker lock.
+    """
+
+    def __init__(self, broker: "Broker", sock: socket.socket, peer: str, session_id: int) -> None:
+        self.id = session_id
+        self.peer = peer
+        self.client_identity: Dict[str, Any] = {}
+        self.encoding = _codec.ENCODING_JSON
+        self.negotiated = False
+        self.disconnected = False
+        self.guid_generating = False
+        self.reads_new_properties = True
+        self.handles: Dict[int, QueueHandle] = {}
+        self.closed_queue_ids: set = set()
+        self.alive = True  # received something since the last heartbeat check
+        self.missed_heartbeats = 0
+        self._broker = broker
+        self._sock = sock
+        self._frames = _codec.FrameReader(broker.max_event_size)
+        self._out: collections.deque = collections.deque()
+        self._out_bytes = 0
+        self._cond = threading.Condition()
+        self._closing = False
+        self._withheld: List[bytes] = []
+        self._reading = threading.Event()
+        self._reading.set()
+        self._reader = threading.Thread(target=self._read_loop, name=f"bmq-broker-read-{session_id}", daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name=f"bmq-broker-write-{session_id}", daemon=True)
+
+    def __repr__(self) -> str:
+        return f"<ClientSession {self.id} {self.peer}>"
+
+    def start(self) -> None:
+        # Writer first: the reader's exit path joins it.
+        self._writer.start()
+        self._reader.start()
+
+    def join(self, timeout: float) -> None:
+        for thread in (self._reader, self._writer):
+            if thread is not threading.current_thread() and thread.ident is not None:
+                thread.join(timeout)
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    # ---- output ----------------------------------------------------------------------
+    def send(self, data: bytes, block: bool = False) -> bool:
+        """Queue ``data`` for the writer; False if the session is closing.
+
+        ``block`` (only for the session's own reader) waits while the client is above the
+        outgoing high watermark, so a client that does not read slows only itself.
+        """
+        with self._cond:
+            if block:
+                while self._out_bytes > _OUTGOING_HIGH_WATERMARK and not self._closing:
+                    self._cond.wait(1.0)
+            if self._closing:
+                return False
+            self._out.append(data)
+            self._out_bytes += len(data)
+            self._cond.notify_all()
+        return True
+
+    def _write_loop(self) -> None:
+        sock = self._sock
+        while True:
+            with self._cond:
+                while not self._out and not self._closing:
+                    self._cond.wait()
+                if not self._out:
+                    break
+                chunks = list(self._out)
+                self._out.clear()
+                self._out_bytes = 0
+                self._cond.notify_all()
+            try:
+                sock.sendall(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+            except OSError as exc:
+                logger.debug("client %s: write failed: %s", self.peer, exc)
+                self.close()
+                break
+        _shutdown(sock)
+
+    def close(self, flush: bool = False) -> None:
+        """Close the connection; with ``flush`` after sending what is already queued."""
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            if not flush:
+                self._out.clear()
+                self._out_bytes = 0
+            self._cond.notify_all()
+        self._reading.set()
+        if not flush:
+            _shutdown(self._sock)
+
+    # ---- fault hooks -------------------------------------------------------------------
+    def pause_reading(self) -> None:
+        self._reading.clear()
+
+    def resume_reading(self) -> None:
+        self._reading.set()
+
+    def withhold(self, ack_event: bytes) -> None:
+        with self._cond:
+            self._withheld.append(ack_event)
+
+    def release_acks(self) -> int:
+        with self._cond:
+            withheld, self._withheld = self._withheld, []
+        for event in withheld:
+            self.send(event)
+        return len(withheld)
+
+    # ---- input -----------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        sock = self._sock
+        try:
+            while True:
+                if not self._reading.is_set():
+                    self._reading.wait()
+                if self._closing:
+                    break
+                data = sock.recv(_RECV_SIZE)
+                if not data:
+                    break
+                self.alive = True
+                for event in self._frames.feed(data):
+                    self._broker._handle_event(self, event)
+                    if self._closing:
+                        break
+        except ProtocolError as exc:
+            logger.warning("client %s sent a malformed frame, closing its connection: %s", self.peer, exc)
+        except OSError as exc:
+            logger.debug("client %s: read failed: %s", self.peer, exc)
+        except Exception:  # a broker bug must cost one connection, not the broker
+            logger.exception("client %s: internal error, closing its connection", self.peer)
+        finally:
+            self.close(flush=True)
+            self._writer.join(5.0)
+            try:
+                sock.close()
+            except OSError:
+                pass
+            self._broker._session_gone(self)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class Broker:
+    """An in-process BlazingMQ broker speaking the real protocol on loopback.
+
+    Args:
+        host: address to bind; only this one is ever bound (default loopback).
+        port: TCP port; 0 picks a free one (see :attr:`port` after :meth:`start`).
+        domains: domain name -> :class:`Domain`; default :data:`DEFAULT_DOMAINS`.
+        heartbeat_interval_ms: heartbeat period announced to clients and used to monitor them.
+        max_missed_heartbeats: silent periods after which a client is dropped (0 disables
+            the monitor; requests are still answered).
+        max_event_size: largest event accepted; a longer length word closes the connection.
+        check_crc: verify the CRC32-C of every PUT and NACK (status 5) a mismatch; the real
+            broker does not check it (FACTS §2.5), a test broker should.
+
+    Thread-safety: every public method is safe from any thread.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        domains: Optional[Mapping[str, Domain]] = None,
+        *,
+        heartbeat_interval_ms: int = 3000,
+        max_missed_heartbeats: int = 10,
+        max_event_size: int = _codec.MAX_EVENT_SIZE,
+        check_crc: bool = True,
+    ) -> None:
+        self.host = host
+        self._requested_port = port
+        self.domains: Dict[str, Domain] = dict(DEFAULT_DOMAINS if domains is None else domains)
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.max_missed_heartbeats = max_missed_heartbeats
+        self.max_event_size = max_event_size
+        self.check_crc = check_crc
+        self.faults = Faults(self)
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._queues: Dict[str, Queue] = {}
+        self._sessions: Dict[int, ClientSession] = {}
+        self._session_ids = itertools.count(1)
+        self._guids = _codec.GuidGenerator()
+        self._listener: Optional[socket.socket] = None
+        self._acceptor: Optional[threading.Thread] = None
+        self._scheduler: Optional[_Scheduler] = None
+        self._port = 0
+        self._running = False
+        self._hostname = socket.gethostname()
+
+    # ---- lifecycle -------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        """The bound TCP port (0 before :meth:`start`)."""
+        return self._port
+
+    @property
+    def address(self) -> str:
+        """``"tcp://HOST:PORT"``, what a client's ``broker`` option takes."""
+        return f"tcp://{self.host}:{self._port}"
+
+    def start(self) -> "Broker":
+        """Bind and start serving in background threads.
+
+        Returns:
+            self, so ``Broker().start()`` chains.
+
+        Raises:
+            OSError: the address cannot be bound.
+            RuntimeError: already running.
+        """
+        if self._running:
+            raise RuntimeError("broker already running")
+        self._listen(self._port or self._requested_port)
+        self._scheduler = _Scheduler()
+        self._running = True
+        self._schedule_heartbeat()
+        logger.info("broker listening on %s", self.address)
+        return self
+
+    def _listen(self, port: int) -> None:
+        listener = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((self.host, port))
+            listener.listen(128)
+        except OSError:
+            listener.close()
+            raise
+        listener.settimeout(0.5)  # bounded accept() so a stop never hangs on any platform
+        self._listener = listener
+        self._port = listener.getsockname()[1]
+        self._acceptor = threading.Thread(target=self._accept_loop, args=(listener,), name="bmq-broker-accept", daemon=True)
+        self._acceptor.start()
+
+    def _stop_listening(self, timeout: float) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            _shutdown(listener)
+            listener.close()
+        if self._acceptor is not None and self._acceptor is not threading.current_thread():
+            self._acceptor.join(timeout)
+        self._acceptor = None
+
+    def _drop_all(self, timeout: float) -> None:
+        sessions = self._sessions_snapshot()
+        for session in sessions:
+            session.close()
+        deadline = time.monotonic() + timeout
+        for session in sessions:
+            session.join(max(0.0, deadline - time.monotonic()))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop serving: close the listener and every connection, end all threads.
+
+        Idempotent and bounded by ``timeout`` (seconds) overall.
+        """
+        if not self._running:
+            return
+        self._running = False
+        self._stop_listening(timeout)
+        self._drop_all(timeout)
+        if self._scheduler is not None:
+            self._scheduler.stop(timeout)
+            self._scheduler = None
+        logger.info("broker on port %d stopped", self._port)
+
+    def restart(self, keep_queues: bool = True, timeout: float = 5.0) -> None:
+        """Stop listening, drop every client, and listen again on the same port.
+
+        Args:
+            keep_queues: keep queue contents (unconfirmed messages become deliverable
+                again); False starts with empty queues and an empty dedup window.
+            timeout: bound on waiting for the old connections' threads.
+        """
+        self._stop_listening(timeout)
+        self._drop_all(timeout)
+        if not keep_queues:
+            with self._lock:
+                self._queues.clear()
+        self._listen(self._port)
+        logger.info("broker restarted on %s (queues %s)", self.address, "kept" if keep_queues else "dropped")
+
+    def __enter__(self) -> "Broker":
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def _accept_loop(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                sock, address = listener.accept()
+            except socket.timeout:
+                if self._listener is not listener:
+                    return
+                continue
+            except OSError:
+                return
+            if self._listener is not listener:
+                sock.close()
+                return
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            session = ClientSession(self, sock, f"{address[0]}:{address[1]}", next(self._session_ids))
+            with self._lock:
+                self._sessions[session.id] = session
+                self._changed.notify_all()
+            logger.info("client %d connected from %s", session.id, session.peer)
+            session.start()
+
+    # ---- inspection (tests) ----------------------------------------------------------
+    def _sessions_snapshot(self) -> List[ClientSession]:
+        with self._lock:
+            return list(self._sessions.values())
+
+    def clients(self) -> List[ClientSession]:
+        """Connected clients (objects with ``.id``, ``.peer``, ``.client_identity``)."""
+        return self._sessions_snapshot()
+
+    def queue_messages(self, uri: str, app_id: Optional[str] = None) -> List[StoredMessage]:
+        """Messages the queue currently holds (delivered-but-unconfirmed included).
+
+        Args:
+            uri: the queue URI (a ``?id=`` part is ignored).
+            app_id: for fan-out queues, only the messages still held for this appId.
+
+        Returns:
+            Oldest first; empty if the queue was never opened.
+
+        Raises:
+            KeyError: ``app_id`` is not an appId of the queue.
+        """
+        with self._lock:
+            queue = self._queues.get(uri.split("?", 1)[0])
+            return [] if queue is None else queue.held_messages(app_id)
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float) -> bool:
+        """Wait until ``predicate()`` is true, re-checking after every state change.
+
+        Returns:
+            Whether it became true within ``timeout`` seconds.
+        """
+        with self._changed:
+            return bool(self._changed.wait_for(predicate, timeout))
+
+    # ---- heartbeats ------------------------------------------------------------------
+    def _schedule_heartbeat(self) -> None:
+        if self._scheduler is not None and self.heartbeat_interval_ms > 0:
+            self._scheduler.call_later(self.heartbeat_interval_ms / 1000.0, self._heartbeat_tick)
+
+    def _heartbeat_tick(self) -> None:
+        if not self._running:
+            return
+        limit = self.max_missed_heartbeats
+        if limit > 0 and not self.faults.heartbeats_stopped:
+            for session in self._sessions_snapshot():
+                if not session.negotiated:
+                    continue
+                if session.alive:
+                    session.alive = False
+                    session.missed_heartbeats = 0
+                    continue
+                if session.missed_heartbeats < limit:
+                    session.send(_codec.HEARTBEAT_REQ)
+                else:
+                    logger.warning("client %d (%s) missed %d heartbeats, dropping it", session.id, session.peer, limit)
+                    session.close()
+                session.missed_heartbeats += 1
+        self._schedule_heartbeat()
+
+    def _reset_heartbeat_counters(self) -> None:
+        for session in self._sessions_snapshot():
+            session.alive = True
+            session.missed_heartbeats = 0
+
+    # ---- event handling (reader threads) ---------------------------------------------
+    def _handle_event(self, session: ClientSession, event: bytes) -> None:
+        try:
+            _, event_type, _, _ = _codec.unpack_event_header(event)
+        except ProtocolError as exc:
+            logger.warning("client %s: dropping invalid event: %s", session.peer, exc)
+            return
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("client %s: event type %d, %d bytes", session.peer, event_type, len(event))
+        if event_type == _codec.EVENT_HEARTBEAT_REQ:
+            if not self.faults.heartbeats_stopped:
+                session.send(_codec.HEARTBEAT_RSP)
+            return
+        if event_type == _codec.EVENT_HEARTBEAT_RSP:
+            return
+        if not session.negotiated:
+            self._negotiate(session, event, event_type)
+            return
+        if session.disconnected:
+            return
+        if event_type == _codec.EVENT_PUT:
+            self._on_put(session, event)
+        elif event_type == _codec.EVENT_CONFIRM:
+            self._on_confirm(session, event)
+        elif event_type == _codec.EVENT_CONTROL:
+            self._on_control(session, event)
+        else:
+            logger.warning("client %s: dropping unexpected event type %d", session.peer, event_type)
+
+    def _send_control(self, session: ClientSession, message: Dict[str, Any], kind: str = "control", encoding: Optional[int] = None) -> None:
+        data = _schema.encode_event(_schema.with_defaults(message, kind), session.encoding if encoding is None else encoding, kind)
+        delay = self.faults.control_delay
+        if delay > 0 and self._scheduler is not None:
+            self._scheduler.call_later(delay, session.send, data)
+        else:
+            session.send(data)
+
+    # ---- negotiation -------------------------------------------------------------------
+    def _negotiate(self, session: ClientSession, event: bytes, event_type: int) -> None:
+        if event_type == _codec.EVENT_AUTHENTICATION:
+            self._authenticate(session, event)
+            return
+        try:
+            if event_type != _codec.EVENT_CONTROL:
+                raise ProtocolError("first event is not a negotiation message", event_type)
+            message, _ = _schema.decode_event(event, "negotiation")
+            identity = message.get("clientIdentity")
+            if not isinstance(identity, dict):
+                raise ProtocolError("first message is not a ClientIdentity", event_type)
+        except (ProtocolError, ValueError) as exc:
+            logger.warning("client %s: negotiation failed, closing: %s", session.peer, exc)
+            session.close()
+            return
+        identity = _schema.with_defaults({"clientIdentity": identity}, "negotiation")["clientIdentity"]
+        if identity.get("clientType") == "E_UNKNOWN":
+            logger.warning("client %s: clientType E_UNKNOWN, closing", session.peer)
+            session.close()
+            return
+        features = identity.get("features", "") or ""
+        session.client_identity = identity
+        session.encoding = _schema.best_encoding(features)
+        session.reads_new_properties = "MESSAGE_PROPERTIES_EX" in _schema.parse_features(features).get("MPS", ())
+        session.guid_generating = bool((identity.get("guidInfo") or {}).get("clientId"))
+        status, deprecated = _version_status(identity)
+        if self.faults.refusing_negotiation:
+            status = ("E_REFUSED", -1, "Connection not authorized")
+        self._send_control(session, self._broker_response(session, status, deprecated), "negotiation")
+        if status[0] != "E_SUCCESS":
+            logger.info("client %d (%s) refused: %s", session.id, session.peer, status[2])
+            session.close(flush=True)
+            return
+        session.negotiated = True
+        logger.info(
+            "client %d (%s) negotiated: %s pid %s, %s",
+            session.id,
+            session.peer,
+            identity.get("processName", ""),
+            identity.get("pid", 0),
+            identity.get("sdkLanguage", ""),
+        )
+
+    def _authenticate(self, session: ClientSession, event: bytes) -> None:
+        try:
+            message, encoding = _schema.decode_event(event, "authentication")
+        except (ProtocolError, ValueError) as exc:
+            logger.warning("client %s: bad authentication message, closing: %s", session.peer, exc)
+            session.close()
+            return
+        if "authenticationRequest" not in message:
+            session.close()
+            return
+        # Anonymous-style: every mechanism is accepted, with no expiry.
+        reply = {"authenticationResponse": {"status": {"category": "E_SUCCESS", "code": 0, "message": ""}}}
+        self._send_control(session, reply, "authentication", encoding)
+
+    def _broker_response(self, session: ClientSession, status: Tuple[str, int, str], deprecated: bool) -> Dict[str, Any]:
+        return {
+            "brokerResponse": {
+                "result": {"category": status[0], "code": status[1], "message": status[2]},
+                "protocolVersion": 1,
+                "brokerVersion": BROKER_VERSION,
+                "isDeprecatedSdk": deprecated,
+                "brokerIdentity": {
+                    "protocolVersion": 1,
+                    "sdkVersion": BROKER_VERSION,
+                    "clientType": "E_TCPBROKER",
+                    "processName": "bmq.broker",
+                    "pid": os.getpid(),
+                    "sessionId": session.id,
+                    "hostName": self._hostname,
+                    "features": FEATURES,
+                    "clusterName": "",
+                    "clusterNodeId": -1,
+                    "sdkLanguage": "E_CPP",
+                    "guidInfo": {"clientId": "", "nanoSecondsFromEpoch": 0},
+                    "userAgent": "bmqbrkr:99.99.99",
+                },
+                "heartbeatIntervalMs": self.heartbeat_interval_ms,
+                "maxMissedHeartbeats": self.max_missed_heartbeats,
+            }
+        }
+
+    # ---- control requests ----------------------------------------------------------------
+    def _on_control(self, session: ClientSession, event: bytes) -> None:
+        try:
+            message, _ = _schema.decode_event(event, "control")
+        except (ProtocolError, ValueError) as exc:
+            logger.warning("client %s: dropping undecodable control message: %s", session.peer, exc)
+            return
+        rid = message.get("rId")
+        choice = next((key for key in message if key != "rId"), None)
+        handler = self._REQUESTS.get(choice or "")
+        if rid is None or rid < 0 or handler is None:
+            logger.warning("client %s: dropping control message %s (rId %s)", session.peer, choice, rid)
+            return
+        try:
+            with self._lock:
+                reply = handler(self, session, message[choice])
+                self._changed.notify_all()
+        except StatusError as exc:
+            logger.info("client %d: %s failed: %s %s", session.id, choice, exc.category, exc.message)
+            reply = ("status", exc.as_status())
+        self._send_control(session, {"rId": rid, reply[0]: reply[1]})
+
+    def _open_queue(self, session: ClientSession, request: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+        params = request.get("handleParameters") or {}
+        uri = params.get("uri", "")
+        q_id = int(params.get("qId", 0))
+        flags = int(params.get("flags", 0))
+        reads, writes = int(params.get("readCount", 0)), int(params.get("writeCount", 0))
+        if reads <= 0 and writes <= 0:
+            raise StatusError("E_INVALID_ARGUMENT", "At least one of ([read|write]) Count must be >0")
+        if int(params.get("adminCount", 0)) != 0:
+            raise StatusError("E_INVALID_ARGUMENT", "adminCount must be 0")
+        if bool(flags & _QUEUE_READ) != (reads > 0):
+            raise StatusError("E_INVALID_ARGUMENT", "READ flag and readCount disagree")
+        if bool(flags & _QUEUE_WRITE) != (writes > 0):
+            raise StatusError("E_INVALID_ARGUMENT", "WRITE flag and writeCount disagree")
+        if q_id >= _RESERVED_QUEUE_ID:
+            raise StatusError("E_INVALID_ARGUMENT", f"qId {q_id} is reserved")
+        domain_name, canonical, _ = parse_uri(uri)
+        sub_info = params.get("subIdInfo") or {}
+        sub_id = int(sub_info.get("subId", 0))
+        app_id = sub_info.get("appId", DEFAULT_APP_ID) or DEFAULT_APP_ID
+        if writes > 0 and reads == 0 and app_id != DEFAULT_APP_ID:
+            raise StatusError("E_INVALID_ARGUMENT", "a writer cannot have an appId")
+        domain = self.domains.get(domain_name)
+        if domain is None:
+            raise StatusError("E_UNKNOWN", f"Domain file 'etc/domains/{domain_name}.json' doesn't exist", -1)
+        queue = self._queues.get(canonical)
+        if queue is None:
+            queue = self._queues[canonical] = Queue(canonical, domain_name, domain, self._send_pushes)
+        if reads > 0 and queue.app(app_id) is None:
+            raise StatusError("E_REFUSED", f"appId '{app_id}' is not configured for the queue '{canonical}'", -1)
+        handle = session.handles.get(q_id)
+        if handle is not None and handle.uri != canonical:
+            raise StatusError("E_INVALID_ARGUMENT", f"qId {q_id} is already used for '{handle.uri}'")
+        if handle is None:
+            handle = session.handles[q_id] = QueueHandle(session, q_id, queue, canonical)
+            queue.handles += 1
+            session.closed_queue_ids.discard(q_id)
+        handle.write_count += writes
+        if reads > 0:
+            stream = handle.substreams.get(sub_id)
+            if stream is None:
+                stream = handle.substreams[sub_id] = SubStream(handle, sub_id, app_id)
+            stream.read_count += reads
+        logger.info("client %d opened %s (qId %d, flags %d)", session.id, uri, q_id, flags)
+        return "openQueueResponse", {
+            "originalRequest": request,
+            "routingConfiguration": {"flags": domain.routing_flags},
+            "deduplicationTimeMs": domain.deduplication_time_ms,
+        }
+
+    def _handle_for(self, session: ClientSession, q_id: int, after_close: str) -> QueueHandle:
+        handle = session.handles.get(q_id)
+        if handle is None:
+            if q_id in session.closed_queue_ids:
+                raise StatusError("E_UNKNOWN", after_close)
+            raise StatusError("E_UNKNOWN", "No queue with specified Id")
+        return handle
+
+    def _configure(self, session: ClientSession, q_id: int, app_id: str, subscriptions: List[Dict[str, Any]]) -> None:
+        handle = self._handle_for(session, q_id, "Unexpected configureQueue request")
+        stream = handle.stream_for_app(app_id)
+        if stream is None:
+            raise StatusError("E_UNKNOWN", "No queue with specified appId")
+        handle.queue.set_consumers(stream, make_consumers(stream, subscriptions))
+
+    def _configure_stream(self, session: ClientSession, request: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+        params = request.get("streamParameters") or {}
+        self._configure(
+            session,
+            int(request.get("qId", 0)),
+            params.get("appId", DEFAULT_APP_ID) or DEFAULT_APP_ID,
+            list(params.get("subscriptions") or ()),
+        )
+        return "configureStreamResponse", {"request": request}
+
+    def _configure_queue_stream(self, session: ClientSession, request: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+        params = request.get("streamParameters") or {}
+        sub_info = params.get("subIdInfo") or {}
+        # The old message is one consumer whose PUSH id is the subQueueId (FACTS §8.5).
+        subscription = {"sId": int(sub_info.get("subId", 0)), "consumers": [params]}
+        self._configure(
+            session,
+            int(request.get("qId", 0)),
+            sub_info.get("appId", DEFAULT_APP_ID) or DEFAULT_APP_ID,
+            [subscription],
+        )
+        return "configureQueueStreamResponse", {"request": request}
+
+    def _close_queue(self, session: ClientSession, request: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+        params = request.get("handleParameters") or {}
+        q_id = int(params.get("qId", 0))
+        handle = self._handle_for(session, q_id, "Duplicate closeQueue request")
+        reads, writes = int(params.get("readCount", 0)), int(params.get("writeCount", 0))
+        if reads <= 0 and writes <= 0 and int(params.get("adminCount", 0)) <= 0:
+            raise StatusError("E_INVALID_ARGUMENT", "At least one of ([read|write|admin]) Count must be >0")
+        if reads > 0:
+            sub_id = int((params.get("subIdInfo") or {}).get("subId", 0))
+            stream = handle.substreams.get(sub_id)
+            if stream is None:
+                raise StatusError("E_UNKNOWN", "No subStream of the queue with specified subId")
+            stream.read_count -= reads
+            if stream.read_count <= 0:
+                del handle.substreams[sub_id]
+                handle.queue.remove_stream(stream)
+        handle.write_count = max(0, handle.write_count - writes)
+        if request.get("isFinal") or (not handle.substreams and handle.write_count == 0):
+            self._release_handle(session, handle)
+        logger.info("client %d closed %s (qId %d)", session.id, params.get("uri", handle.uri), q_id)
+        return "closeQueueResponse", {}
+
+    def _release_handle(self, session: ClientSession, handle: QueueHandle) -> None:
+        for stream in handle.substreams.values():
+            handle.queue.remove_stream(stream)
+        handle.substreams.clear()
+        handle.queue.handles -= 1
+        del session.handles[handle.q_id]
+        session.closed_queue_ids.add(handle.q_id)
+
+    def _disconnect(self, session: ClientSession, request: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+        for handle in list(session.handles.values()):
+            self._release_handle(session, handle)
+        session.disconnected = True
+        logger.info("client %d (%s) disconnecting", session.id, session.peer)
+        return "disconnectResponse", {}
+
+    _REQUESTS: Dict[str, Callable[["Broker", ClientSession, Dict[str, Any]], Tuple[str, Dict[str, Any]]]] = {
+        "openQueue": _open_queue,
+        "configureStream": _configure_stream,
+        "configureQueueStream": _configure_queue_stream,
+        "closeQueue": _close_queue,
+        "disconnect": _disconnect,
+    }
+
+    # ---- data path ---------------------------------------------------------------------
+    def _on_put(self, session: ClientSession, event: bytes) -> None:
+        try:
+            messages = _codec.iter_put_messages(event)
+        except ProtocolError as exc:
+            logger.warning("client %s: dropping malformed PUT event: %s", session.peer, exc)
+            return
+        acks: List[Tuple[int, int, bytes, int]] = []
+        now = _clock()
+        check_crc = self.check_crc
+        take_nack = self.faults.take_nack
+        with self._lock:
+            handles = session.handles
+            for flags, q_id, guid, crc, compression, schema_id, _options, app_data in messages:
+                if session.guid_generating:
+                    correlation_id = 0
+                    wants_ack = flags & _codec.PUT_ACK_REQUESTED
+                else:
+                    # Legacy client: the GUID field carries a 24-bit correlation id, whose
+                    # presence (not the flag) decides whether an ACK is wanted (FACTS §2.3).
+                    correlation_id = int.from_bytes(guid[1:4], "big")
+                    wants_ack = correlation_id != 0
+                    guid = _ZERO_GUID
+                handle = handles.get(q_id)
+                if handle is None or handle.write_count <= 0:
+                    status = 5
+                elif not session.guid_generating:
+                    guid = self._guids.next()
+                    status = 0
+                elif guid == _ZERO_GUID:
+                    status = 5
+                else:
+                    status = 0
+                if status == 0 and check_crc and _codec.crc32c(app_data) != crc:
+                    logger.warning("client %s: PUT %s has a bad CRC32-C, NACKing", session.peer, guid.hex())
+                    status = 5
+                if status == 0:
+                    status = take_nack()
+                if status == 0:
+                    queue = handle.queue  # type: ignore[union-attr]
+                    if queue.is_duplicate(guid, now):
+                        pass  # a retransmission: ACK it again, keep one copy
+                    else:
+                        if compression and not schema_id and flags & _codec.PUT_MESSAGE_PROPERTIES:
+                            app_data, compression = _decompress_old_style(app_data, flags, compression)
+                        status = queue.check_quota(len(app_data))
+                        if status == 0:
+                            queue.accept(StoredMessage(guid, app_data, flags, compression, schema_id), now)
+                if status or wants_ack:
+                    acks.append((status, correlation_id, guid, q_id))
+            self._changed.notify_all()
+        if acks:
+            self._send_acks(session, _codec.build_ack_event(acks))
+
+    def _send_acks(self, session: ClientSession, event: bytes) -> None:
+        faults = self.faults
+        if faults.acks_withheld:
+            session.withhold(event)
+        elif faults.ack_delay > 0 and self._scheduler is not None:
+            self._scheduler.call_later(faults.ack_delay, session.send, event)
+        else:
+            session.send(event, block=True)
+
+    def _on_confirm(self, session: ClientSession, event: bytes) -> None:
+        try:
+            confirms = _codec.iter_confirms(event)
+        except ProtocolError as exc:
+            logger.warning("client %s: dropping malformed CONFIRM event: %s", session.peer, exc)
+            return
+        with self._lock:
+            for q_id, guid, sub_id in confirms:
+                handle = session.handles.get(q_id)
+                stream = None if handle is None else handle.substreams.get(sub_id)
+                if stream is None or handle.queue.domain.mode == "broadcast":  # type: ignore[union-attr]
+                    logger.warning("client %s: dropping CONFIRM for qId %d subId %d", session.peer, q_id, sub_id)
+                    continue
+                if not handle.queue.confirm(stream, guid):  # type: ignore[union-attr]
+                    logger.warning("client %s: CONFIRM of unknown GUID %s", session.peer, guid.hex())
+            self._changed.notify_all()
+
+    def _send_pushes(self, session: ClientSession, specs: List[tuple]) -> None:
+        if not session.reads_new_properties:
+            specs = [_old_style_push(spec) for spec in specs]
+        for event in _codec.build_push_events(specs):
+            session.send(event)
+
+    def _session_gone(self, session: ClientSession) -> None:
+        with self._lock:
+            for handle in list(session.handles.values()):
+                self._release_handle(session, handle)
+            self._sessions.pop(session.id, None)
+            self._changed.notify_all()
+        logger.info("client %d (%s) disconnected", session.id, session.peer)
+
+
+def _version_status(identity: Mapping[str, Any]) -> Tuple[Tuple[str, int, str], bool]:
+    """(status, isDeprecatedSdk) for a ClientIdentity, per the broker's SDK version gates."""
+    gate = _SDK_GATES.get(identity.get("sdkLanguage", "E_CPP"))
+    if gate is None:
+        return ("E_SUCCESS", 0, ""), False
+    version = int(identity.get("sdkVersion", BROKER_VERSION))
+    if version < gate[0]:
+        return ("E_NOT_SUPPORTED", -1, f"Client version {version} is not supported"), False
+    return ("E_SUCCESS", 0, ""), version < gate[1]
+
+
+def _decompress_old_style(app_data: bytes, flags: int, compression: int) -> Tuple[bytes, int]:
+    """Old-style properties compressed with the payload are stored decompressed (FACTS §2.6)."""
+    area, payload = _codec.split_app_data(app_data, flags, compression, 0)
+    return (area or b"") + payload, _codec.COMPRESSION_NONE
+
+
+def _old_style_push(spec: tuple) -> tuple:
+    """A PUSH spec rewritten for a client that cannot read MESSAGE_PROPERTIES_EX (FACTS §4.4)."""
+    q_id, guid, sub_ids, app_data, flags, compression, schema_id = spec
+    if not schema_id or not flags & _codec.PUSH_MESSAGE_PROPERTIES:
+        return spec
+    area, payload = _codec.split_app_data(app_data, flags, compression, schema_id)
+    old_area = _codec.encode_properties(_codec.decode_properties(area or b"", True), new_style=False)
+    return (q_id, guid, sub_ids, old_area + payload, flags, _codec.COMPRESSION_NONE, 0)

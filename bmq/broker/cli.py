@@ -1,0 +1,69 @@
+"""``bmq broker``: run the embedded broker in the foreground until Ctrl-C.
+
+The lead's ``bmq/cli.py`` mounts this with :func:`add_arguments` and :func:`run`;
+``python -m bmq.broker`` runs it stand-alone.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from typing import List, Optional
+
+from ._server import Broker
+
+__all__ = ["add_arguments", "run", "main"]
+
+DEFAULT_PORT = 30114  # the port bmqbrkr and the SDKs use by default
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``bmq broker`` options to ``parser``."""
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port (default: %(default)s; 0 = any free port)")
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=3000, help="heartbeat period (default: %(default)s)")
+    parser.add_argument("--max-missed-heartbeats", type=int, default=10, help="drop a client after this many (default: %(default)s)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every frame (DEBUG)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM; one log line per connect/disconnect and queue open/close.
+
+    Returns:
+        The process exit code.
+    """
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+    )
+    broker = Broker(
+        args.host,
+        args.port,
+        heartbeat_interval_ms=args.heartbeat_interval_ms,
+        max_missed_heartbeats=args.max_missed_heartbeats,
+    )
+    try:
+        broker.start()
+    except OSError as exc:
+        logging.getLogger(__name__).error("cannot listen on %s:%d: %s", args.host, args.port, exc)
+        return 1
+    print(f"bmq broker listening on {broker.address} (Ctrl-C to stop)", flush=True)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(3600):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        broker.stop()
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Stand-alone entry point (``python -m bmq.broker``)."""
+    parser = argparse.ArgumentParser(prog="bmq broker", description="Run the embedded BlazingMQ broker.")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

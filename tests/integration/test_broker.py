@@ -1,0 +1,483 @@
+"""The embedded broker driven byte by byte: negotiation, control requests, PUT/ACK,
+routing, flow control, de-duplication, limits and input validation."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from bmq import _codec, _schema
+from bmq.broker import Broker, Domain
+from bmq.broker._rawclient import RawClient
+
+PRIORITY = "bmq://bmq.test.mem.priority/q"
+FANOUT = "bmq://bmq.test.mem.fanout/q"
+BROADCAST = "bmq://bmq.test.mem.broadcast/q"
+JSON, BER = _codec.ENCODING_JSON, _codec.ENCODING_BER
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def broker():
+    domains = {
+        "bmq.test.mem.priority": Domain("priority"),
+        "bmq.test.mem.fanout": Domain("fanout", app_ids=("foo", "bar", "baz")),
+        "bmq.test.mem.broadcast": Domain("broadcast"),
+        "small.limits": Domain("priority", max_messages=2, max_bytes=1000),
+        "short.dedup": Domain("priority", deduplication_time_ms=1),
+    }
+    with Broker(domains=domains) as running:
+        yield running
+
+
+@pytest.fixture
+def client(broker: Broker):
+    with RawClient(broker.port) as c:
+        yield c
+
+
+def writer_reader(broker: Broker, uri: str = PRIORITY, **configure):
+    """A client with qId 0 opened read+write and configured."""
+    c = RawClient(broker.port)
+    assert c.open(uri, 0, read=True, write=True)[0] == "openQueueResponse"
+    assert c.configure(0, **configure)[0] == "configureStreamResponse"
+    return c
+
+
+# ---- negotiation -----------------------------------------------------------------------
+def test_json_client_gets_json_broker_response(client: RawClient, broker: Broker) -> None:
+    response = client.broker_response
+    assert client.response_encoding == JSON
+    assert response["result"] == {"category": "E_SUCCESS", "code": 0, "message": ""}
+    assert response["brokerVersion"] == 999999
+    assert response["heartbeatIntervalMs"] == 3000 and response["maxMissedHeartbeats"] == 10
+    features = _schema.parse_features(response["brokerIdentity"]["features"])
+    assert features["PROTOCOL_ENCODING"] == ["BER", "JSON"]
+    assert features["MPS"] == ["MESSAGE_PROPERTIES_EX"]
+    assert features["SUBSCRIPTIONS"] == ["CONFIGURE_STREAM"]
+    [info] = broker.clients()
+    assert info.client_identity["processName"] == "rawclient"
+    assert info.peer.startswith("127.0.0.1:")
+
+
+def test_ber_client_gets_ber_answers(broker: Broker) -> None:
+    with RawClient(broker.port, encoding=BER) as c:
+        assert c.response_encoding == BER
+        assert c.broker_response["result"]["category"] == "E_SUCCESS"
+        reply, body = c.open(PRIORITY, 3, write=True)
+        assert reply == "openQueueResponse"
+        assert body["routingConfiguration"] == {"flags": 2}
+        assert body["deduplicationTimeMs"] == 300000
+        assert body["originalRequest"]["handleParameters"]["qId"] == 3
+
+
+def test_heartbeat_settings_are_announced() -> None:
+    with Broker(heartbeat_interval_ms=250, max_missed_heartbeats=4) as b, RawClient(b.port) as c:
+        assert (c.broker_response["heartbeatIntervalMs"], c.broker_response["maxMissedHeartbeats"]) == (250, 4)
+
+
+def test_old_cpp_sdk_is_refused_and_deprecated_one_flagged(broker: Broker) -> None:
+    old = RawClient(broker.port, negotiate=False)
+    old.identity.update(sdkLanguage="E_CPP", sdkVersion=10400)
+    assert old.negotiate()["result"]["category"] == "E_NOT_SUPPORTED"
+    assert old.wait_closed()
+    deprecated = RawClient(broker.port, negotiate=False)
+    deprecated.identity.update(sdkLanguage="E_CPP", sdkVersion=10600)
+    response = deprecated.negotiate()
+    assert response["result"]["category"] == "E_SUCCESS" and response["isDeprecatedSdk"] is True
+
+
+def test_unknown_client_type_is_dropped(broker: Broker) -> None:
+    c = RawClient(broker.port, negotiate=False)
+    c.identity["clientType"] = "E_UNKNOWN"
+    c.send(_schema.encode_event({"clientIdentity": c.identity}, JSON, "negotiation"))
+    assert c.wait_closed()
+
+
+# ---- control requests ------------------------------------------------------------------
+@pytest.mark.parametrize("uri, flags", [(PRIORITY, 2), (FANOUT, 10), (BROADCAST, 7)])
+def test_open_reports_routing_flags(client: RawClient, uri: str, flags: int) -> None:
+    reply, body = client.open(uri, 0, write=True)
+    assert reply == "openQueueResponse"
+    assert body["routingConfiguration"]["flags"] == flags
+
+
+def test_unknown_domain_fails_like_bmqbrkr(client: RawClient) -> None:
+    reply, body = client.open("bmq://no.such.domain/q", 0, write=True)
+    assert reply == "status"
+    assert body["category"] == "E_UNKNOWN" and body["code"] == -1
+    assert "no.such.domain" in body["message"]
+
+
+@pytest.mark.parametrize(
+    "change, category",
+    [
+        ({"readCount": 0, "writeCount": 0, "flags": 0}, "E_INVALID_ARGUMENT"),
+        ({"adminCount": 1}, "E_INVALID_ARGUMENT"),
+        ({"flags": 2}, "E_INVALID_ARGUMENT"),  # READ flag without readCount
+        ({"qId": 4294967290}, "E_INVALID_ARGUMENT"),
+        ({"uri": "bmq:/bad"}, "E_REFUSED"),
+    ],
+)
+def test_open_validation(client: RawClient, change: dict, category: str) -> None:
+    params = {**RawClient.handle_parameters(PRIORITY, 0, write=True), **change}
+    reply, body, _ = client.request("openQueue", {"handleParameters": params})
+    assert (reply, body["category"]) == ("status", category)
+
+
+def test_fanout_reader_needs_a_known_app_id(client: RawClient) -> None:
+    assert client.open(FANOUT + "?id=nope", 0, read=True, sub_id=1, app_id="nope")[0] == "status"
+    assert client.open(FANOUT + "?id=foo", 0, read=True, sub_id=1, app_id="foo")[0] == "openQueueResponse"
+
+
+def test_configure_and_close_errors(client: RawClient) -> None:
+    reply, body = client.configure(7)
+    assert (reply, body["message"]) == ("status", "No queue with specified Id")
+    assert client.close_queue(PRIORITY, 7, write=True)[0] == "status"
+    client.open(PRIORITY, 0, write=True)
+    assert client.close_queue(PRIORITY, 0, write=True) == ("closeQueueResponse", {})
+    reply, body = client.close_queue(PRIORITY, 0, write=True)
+    assert (reply, body["message"]) == ("status", "Duplicate closeQueue request")
+
+
+def test_request_without_rid_is_ignored(client: RawClient) -> None:
+    client.control({"disconnect": {}})
+    assert client.expect_silence(_codec.EVENT_CONTROL, 0.3)
+    assert client.disconnect() == ("disconnectResponse", {})
+
+
+def test_configure_queue_stream_uses_sub_queue_id_in_push(broker: Broker, client: RawClient) -> None:
+    client.open(FANOUT + "?id=bar", 0, read=True, sub_id=4, app_id="bar")
+    reply, body = client.configure_old(0, sub_id=4, app_id="bar")
+    assert reply == "configureQueueStreamResponse"
+    assert body["request"]["streamParameters"]["subIdInfo"] == {"subId": 4, "appId": "bar"}
+    client.open(FANOUT, 1, write=True)
+    [guid] = client.put(1, [b"hello"])
+    [(q_id, pushed, sub_ids, *_rest, payload)] = client.pushes(1)
+    assert (q_id, pushed, sub_ids, payload) == (0, guid, (4,), b"hello")
+    client.confirm(0, [guid], sub_id=4)
+    assert broker.wait_for(lambda: not broker.queue_messages(FANOUT, app_id="bar"), 5)
+
+
+# ---- PUT / ACK -------------------------------------------------------------------------
+def test_put_ack_push_confirm(broker: Broker) -> None:
+    c = writer_reader(broker, subscriptions=[(9, "", 0)])
+    props = {"kind": (_codec.PROPERTY_STRING, "x"), "n": (_codec.PROPERTY_INT32, 7)}
+    guids = c.put(0, [b"one", b"two"], properties=props)
+    acks = c.acks(2)
+    assert [(s, cid, g, q) for s, cid, g, q in acks] == [(0, 0, guids[0], 0), (0, 0, guids[1], 0)]
+    pushes = c.pushes(2)
+    assert [(p[1], p[2], p[6]) for p in pushes] == [(guids[0], (9,), b"one"), (guids[1], (9,), b"two")]
+    assert _codec.decode_properties(pushes[0][4], pushes[0][5]) == props
+    stored = broker.queue_messages(PRIORITY)
+    assert [m.payload for m in stored] == [b"one", b"two"]
+    assert stored[0].properties == props
+    c.confirm(0, guids)
+    assert broker.wait_for(lambda: not broker.queue_messages(PRIORITY), 5)
+
+
+def test_positive_ack_only_when_requested(client: RawClient, broker: Broker) -> None:
+    client.open(PRIORITY, 0, write=True)
+    client.put(0, [b"quiet"], ack=False)
+    [loud] = client.put(0, [b"loud"])
+    [(status, _, guid, _)] = client.acks(1)
+    assert (status, guid) == (0, loud)
+    assert len(broker.queue_messages(PRIORITY)) == 2
+
+
+def test_legacy_client_gets_correlation_ids_and_broker_guids(broker: Broker) -> None:
+    with RawClient(broker.port, guid_generating=False) as c:
+        c.open(PRIORITY, 0, write=True)
+        c.put(0, [b"a", b"b"])
+        acks = c.acks(2)
+    assert [a[1] for a in acks] == [1, 2]
+    assert all(a[0] == 0 and a[2] != bytes(16) for a in acks)
+    assert [m.guid for m in broker.queue_messages(PRIORITY)] == [a[2] for a in acks]
+
+
+@pytest.mark.parametrize("setup", ["never_opened", "read_only"])
+def test_put_on_bad_handle_is_nacked(client: RawClient, broker: Broker, setup: str) -> None:
+    if setup == "read_only":
+        client.open(PRIORITY, 0, read=True)
+    [guid] = client.put(0, [b"x"])
+    assert client.acks(1) == [(5, 0, guid, 0)]
+    assert broker.queue_messages(PRIORITY) == []
+
+
+def test_all_zero_guid_is_nacked(client: RawClient) -> None:
+    client.open(PRIORITY, 0, write=True)
+    client.put(0, [b"x"], guids=bytes(16))
+    assert client.acks(1)[0][0] == 5
+
+
+def test_crc_mismatch_is_nacked(client: RawClient, broker: Broker) -> None:
+    client.open(PRIORITY, 0, write=True)
+    guid = client.put_ids(1)
+    [event] = _codec.build_put_events(0, guid, [b"payload"], flags=_codec.PUT_ACK_REQUESTED)
+    corrupt = bytearray(event)
+    corrupt[-3] ^= 0xFF  # inside the payload, so the CRC no longer matches
+    client.send(bytes(corrupt))
+    assert client.acks(1) == [(5, 0, guid, 0)]
+    assert broker.queue_messages(PRIORITY) == []
+
+
+def test_limits_nack_messages_then_bytes(client: RawClient, broker: Broker) -> None:
+    uri = "bmq://small.limits/q"
+    client.open(uri, 0, write=True)
+    client.put(0, [b"a", b"b", b"c"])
+    assert [a[0] for a in client.acks(3)] == [0, 0, 1]
+    client.open("bmq://small.limits/other", 1, write=True)
+    client.put(1, [b"x" * 600, b"y" * 600])
+    assert [a[0] for a in client.acks(2)] == [0, 2]
+
+
+def test_retransmitted_guid_is_acked_without_a_second_copy(client: RawClient, broker: Broker) -> None:
+    client.open(PRIORITY, 0, write=True)
+    guid = client.put_ids(1)
+    client.put(0, [b"once"], guids=guid)
+    client.put(0, [b"once"], guids=guid)
+    assert [a[0] for a in client.acks(2)] == [0, 0]
+    assert [m.payload for m in broker.queue_messages(PRIORITY)] == [b"once"]
+
+
+def test_dedup_window_expires(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bmq.broker import _server
+
+    now = [1000.0]
+    monkeypatch.setattr(_server, "_clock", lambda: now[0])
+    uri = "bmq://short.dedup/q"
+    c = writer_reader(broker, uri)
+    guid = c.put_ids(1)
+    c.put(0, [b"m"], guids=guid)
+    c.acks(1)
+    c.confirm(0, [c.pushes(1)[0][1]])
+    assert broker.wait_for(lambda: not broker.queue_messages(uri), 5)
+    c.put(0, [b"m"], guids=guid)  # consumed but still inside the window: a duplicate
+    assert c.acks(1)[0][0] == 0
+    assert c.expect_silence(_codec.EVENT_PUSH, 0.2)
+    now[0] += 0.002  # past the 1 ms window: a new message
+    c.put(0, [b"m"], guids=guid)
+    c.acks(1)
+    assert c.pushes(1)[0][1] == guid
+
+
+def test_empty_payload_put_is_dropped_silently(client: RawClient, broker: Broker) -> None:
+    client.open(PRIORITY, 0, write=True)
+    [good] = _codec.build_put_events(0, client.put_ids(1), [b"p"], flags=_codec.PUT_ACK_REQUESTED)
+    # Rewrite the one-message PUT so that its appData is empty: MessageWords = header only.
+    header_words = 9
+    empty = bytearray(good[: 8 + 36])
+    empty[0:4] = (8 + 36).to_bytes(4, "big")
+    empty[8:12] = ((int.from_bytes(good[8:12], "big") & 0xF0000000) | header_words).to_bytes(4, "big")
+    client.send(bytes(empty))
+    assert client.expect_silence(_codec.EVENT_ACK, 0.3)
+    assert client.disconnect()[0] == "disconnectResponse"  # connection kept
+    assert broker.queue_messages(PRIORITY) == []
+
+
+def test_confirm_of_unknown_guid_is_ignored(broker: Broker) -> None:
+    c = writer_reader(broker)
+    c.confirm(0, [bytes(range(16))])
+    c.confirm(5, [bytes(range(16))])
+    [guid] = c.put(0, [b"still fine"])
+    assert c.acks(1)[0][:3] == (0, 0, guid)
+    assert c.pushes(1)[0][1] == guid
+
+
+def test_malformed_frame_closes_only_that_client(broker: Broker) -> None:
+    bad = RawClient(broker.port)
+    good = writer_reader(broker)
+    bad.send(b"\x00\x00\x00\x02" + bytes(8))  # length word < 8
+    assert bad.wait_closed()
+    [guid] = good.put(0, [b"ok"])
+    assert good.acks(1)[0][2] == guid
+    assert broker.wait_for(lambda: len(broker.clients()) == 1, 5)
+
+
+def test_oversized_event_closes_the_connection() -> None:
+    with Broker(max_event_size=1024) as b, RawClient(b.port) as c:
+        c.send(_codec.pack_event_header(_codec.EVENT_PUT, 4096))
+        assert c.wait_closed()
+
+
+def test_garbage_before_negotiation_closes(broker: Broker) -> None:
+    c = RawClient(broker.port, negotiate=False)
+    c.send(_codec.encode_control_event(b"{not json", JSON))
+    assert c.wait_closed()
+
+
+# ---- routing -----------------------------------------------------------------------------
+def test_flow_control_by_message_count(broker: Broker) -> None:
+    c = writer_reader(broker, max_messages=2)
+    guids = c.put(0, [b"1", b"2", b"3", b"4"])
+    c.acks(4)
+    first = c.pushes(2)
+    assert c.expect_silence(_codec.EVENT_PUSH, 0.3)
+    c.confirm(0, [first[0][1]])
+    assert c.pushes(1)[0][1] == guids[2]
+
+
+def test_flow_control_by_bytes(broker: Broker) -> None:
+    c = writer_reader(broker, max_bytes=150)
+    c.put(0, [b"a" * 100, b"b" * 100, b"c" * 100])
+    c.acks(3)
+    pushed = c.pushes(2)  # below the byte limit before each delivery: 0, then 100 < 150
+    assert [p[6][:1] for p in pushed] == [b"a", b"b"]
+    assert c.expect_silence(_codec.EVENT_PUSH, 0.3)
+
+
+def test_only_highest_priority_consumers_round_robin(broker: Broker) -> None:
+    producer = RawClient(broker.port)
+    producer.open(PRIORITY, 0, write=True)
+    consumers = []
+    for priority in (5, 5, 1):
+        c = RawClient(broker.port)
+        c.open(PRIORITY, 0, read=True)
+        c.configure(0, subscriptions=[(0, "", priority)])
+        consumers.append(c)
+    producer.put(0, [b"%d" % i for i in range(6)])
+    producer.acks(6)
+    a, b, low = consumers
+    assert sorted(p[6] for p in a.pushes(3) + b.pushes(3)) == [b"%d" % i for i in range(6)]
+    assert low.expect_silence(_codec.EVENT_PUSH, 0.3)
+
+
+def test_unconfirmed_messages_are_redelivered_when_consumer_leaves(broker: Broker) -> None:
+    producer = RawClient(broker.port)
+    producer.open(PRIORITY, 0, write=True)
+    first = RawClient(broker.port)
+    first.open(PRIORITY, 0, read=True)
+    first.configure(0, subscriptions=[(0, "", 10)])
+    second = RawClient(broker.port)
+    second.open(PRIORITY, 0, read=True)
+    second.configure(0, subscriptions=[(0, "", 0)])
+    guids = producer.put(0, [b"x", b"y"])
+    first.pushes(2)
+    first.close()
+    redelivered = second.pushes(2)
+    assert [p[1] for p in redelivered] == guids
+    assert all(p[3] & _codec.PUSH_OUT_OF_ORDER for p in redelivered)
+
+
+def test_fanout_delivers_once_per_app(broker: Broker) -> None:
+    producer = RawClient(broker.port)
+    producer.open(FANOUT, 0, write=True)
+    readers = {}
+    for sub_id, app in enumerate(("foo", "bar", "baz"), start=1):
+        r = RawClient(broker.port)
+        r.open(f"{FANOUT}?id={app}", 0, read=True, sub_id=sub_id, app_id=app)
+        r.configure(0, app_id=app, subscriptions=[(sub_id, "", 0)])
+        readers[app] = (r, sub_id)
+    guids = producer.put(0, [b"m1", b"m2"])
+    for app, (r, sub_id) in readers.items():
+        assert [p[1] for p in r.pushes(2)] == guids
+        assert r.expect_silence(_codec.EVENT_PUSH, 0.1)
+        r.confirm(0, guids, sub_id=sub_id)
+        assert broker.wait_for(lambda app=app: not broker.queue_messages(FANOUT, app_id=app), 5)
+    assert broker.queue_messages(FANOUT) == []
+
+
+def test_fanout_holds_messages_for_absent_apps(broker: Broker) -> None:
+    producer = RawClient(broker.port)
+    producer.open(FANOUT, 0, write=True)
+    producer.put(0, [b"kept"])
+    producer.acks(1)
+    for app in ("foo", "bar", "baz"):
+        assert [m.payload for m in broker.queue_messages(FANOUT, app_id=app)] == [b"kept"]
+    with pytest.raises(KeyError):
+        broker.queue_messages(FANOUT, app_id="nope")
+
+
+def test_broadcast_reaches_present_consumers_and_stores_nothing(broker: Broker) -> None:
+    producer = RawClient(broker.port)
+    producer.open(BROADCAST, 0, write=True)
+    producer.put(0, [b"nobody listens"])
+    assert producer.acks(1)[0][0] == 0
+    listeners = [writer_reader(broker, BROADCAST, max_messages=1) for _ in range(2)]
+    producer.put(0, [b"b1", b"b2"])
+    for listener in listeners:
+        assert [p[6] for p in listener.pushes(2)] == [b"b1", b"b2"]  # no flow control
+    assert broker.queue_messages(BROADCAST) == []
+
+
+def test_subscriptions_route_by_property(broker: Broker) -> None:
+    producer = RawClient(broker.port)
+    producer.open(PRIORITY, 0, write=True)
+    big = RawClient(broker.port)
+    big.open(PRIORITY, 0, read=True)
+    big.configure(0, subscriptions=[(1, "size >= 10 && kind == \"big\"", 0)])
+    rest = RawClient(broker.port)
+    rest.open(PRIORITY, 0, read=True)
+    rest.configure(0, subscriptions=[(2, "!(size >= 10) || kind != \"big\"", 0)])
+    for size, kind in ((20, "big"), (3, "big"), (50, "small")):
+        props = {"size": (_codec.PROPERTY_INT32, size), "kind": (_codec.PROPERTY_STRING, kind)}
+        producer.put(0, [b"%d-%s" % (size, kind.encode())], properties=props)
+    assert [(p[2], p[6]) for p in big.pushes(1)] == [((1,), b"20-big")]
+    assert sorted(p[6] for p in rest.pushes(2)) == [b"3-big", b"50-small"]
+    assert big.expect_silence(_codec.EVENT_PUSH, 0.2)
+
+
+def test_bad_subscription_expression_is_refused(client: RawClient) -> None:
+    client.open(PRIORITY, 0, read=True)
+    reply, body = client.configure(0, subscriptions=[(1, "a ==", 0)])
+    assert (reply, body["category"]) == ("status", "E_INVALID_ARGUMENT")
+
+
+def test_deconfigure_stops_delivery(broker: Broker) -> None:
+    c = writer_reader(broker)
+    assert c.configure(0, subscriptions=[])[0] == "configureStreamResponse"
+    c.put(0, [b"waits"])
+    c.acks(1)
+    assert c.expect_silence(_codec.EVENT_PUSH, 0.3)
+    c.configure(0)
+    assert c.pushes(1)[0][6] == b"waits"
+
+
+# ---- heartbeats ----------------------------------------------------------------------------
+def test_broker_answers_heartbeat_requests(client: RawClient) -> None:
+    client.send(_codec.HEARTBEAT_REQ)
+    assert client.next_event(_codec.EVENT_HEARTBEAT_RSP) == _codec.HEARTBEAT_RSP
+
+
+def test_silent_client_gets_heartbeats_then_is_dropped() -> None:
+    with Broker(heartbeat_interval_ms=50, max_missed_heartbeats=3) as b:
+        silent = RawClient(b.port, answer_heartbeats=False)
+        assert silent.wait_closed(5)
+        assert silent.heartbeat_requests == 3
+        assert b.wait_for(lambda: not b.clients(), 5)
+
+
+def test_client_answering_heartbeats_stays_connected() -> None:
+    with Broker(heartbeat_interval_ms=20, max_missed_heartbeats=2) as b, RawClient(b.port) as c:
+        assert not c.wait_closed(0.5)  # reads for 25 intervals, answering every REQ
+        assert c.heartbeat_requests >= 2
+        assert len(b.clients()) == 1
+
+
+# ---- lifecycle -------------------------------------------------------------------------------
+def test_restart_keeps_or_drops_queue_contents() -> None:
+    with Broker() as b:
+        c = RawClient(b.port)
+        c.open(PRIORITY, 0, write=True)
+        c.put(0, [b"survives"])
+        c.acks(1)
+        port = b.port
+        b.restart(keep_queues=True)
+        assert c.wait_closed()
+        assert b.port == port
+        assert [m.payload for m in b.queue_messages(PRIORITY)] == [b"survives"]
+        reader = writer_reader(b)
+        assert reader.pushes(1)[0][6] == b"survives"
+        b.restart(keep_queues=False)
+        assert b.queue_messages(PRIORITY) == []
+
+
+def test_stop_is_idempotent_and_closes_clients() -> None:
+    b = Broker().start()
+    c = RawClient(b.port)
+    b.stop()
+    b.stop()
+    assert c.wait_closed()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", b.port), timeout=1).close()

@@ -1,0 +1,45 @@
+"""``python -m bmq.broker`` / ``bmq broker``: foreground broker, logs, clean Ctrl-C."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bmq.broker._rawclient import RawClient
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_module_runs_until_interrupted_and_logs_sessions() -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bmq.broker", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        banner = proc.stdout.readline()  # type: ignore[union-attr]
+        assert "tcp://127.0.0.1:" in banner, banner
+        port = int(banner.split("tcp://127.0.0.1:")[1].split()[0])
+        with RawClient(port) as client:
+            client.open("bmq://bmq.test.mem.priority/cli", 0, write=True)
+            client.close_queue("bmq://bmq.test.mem.priority/cli", 0, write=True)
+            client.disconnect()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    for text in ("connected from 127.0.0.1", "opened bmq://bmq.test.mem.priority/cli", "closed bmq://", "disconnected"):
+        assert text in err, err
