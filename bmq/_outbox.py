@@ -65,6 +65,8 @@ _SEG_MAGIC = b"BMQOBSEG"
 _ACK_MAGIC = b"BMQOBACK"
 _FILE_HEADER = struct.Struct("<8sII")
 _FRAME_HEADER = struct.Struct("<III")
+_FRAME_LENGTHS = struct.Struct("<II")  # the part of the frame header its CRC covers
+_CRC = struct.Struct("<I")
 _RECORD_HEADER = struct.Struct("<BBHII16s")
 _GUID_LEN = 16
 _HAS_PROPERTIES = 0x01
@@ -109,19 +111,48 @@ class OutboxRecord:
     compression: int = 0
 
 
-def _encode_record(record: OutboxRecord) -> bytes:
-    if len(record.guid) != _GUID_LEN:
-        raise ValueError(f"GUID must be {_GUID_LEN} bytes, got {len(record.guid)}")
-    uri = record.queue_uri.encode("utf-8")
-    properties = b"" if record.properties is None else bytes(record.properties)
-    flags = (_HAS_PROPERTIES if record.properties is not None else 0) | (
-        _NEW_STYLE if record.new_style_properties else 0)
-    try:
-        header = _RECORD_HEADER.pack(flags, record.compression, len(uri), len(record.payload),
-                                     len(properties), bytes(record.guid))
-    except struct.error as e:
-        raise ValueError(f"record {record.guid.hex()} does not fit the outbox format: {e}") from e
-    return b"".join((header, uri, record.payload, properties))
+def _encode_frames(records: Iterable[OutboxRecord]) -> Tuple[List[bytes], List[int]]:
+    """Encodes records into frame bodies of at most 64 MiB (or one bigger record).
+
+    Returns:
+        The frame bodies and the encoded size of each record.
+
+    Raises:
+        ValueError: a GUID is not 16 bytes or a field is over the format's limits.
+    """
+    bodies: List[bytes] = []
+    sizes: List[int] = []
+    parts: List[bytes] = []
+    body_size = 0
+    uris: Dict[str, bytes] = {}  # a batch usually goes to one queue: encode its URI once
+    pack = _RECORD_HEADER.pack
+    for record in records:
+        guid, payload, properties = record.guid, record.payload, record.properties
+        if len(guid) != _GUID_LEN:
+            raise ValueError(f"GUID must be {_GUID_LEN} bytes, got {len(guid)}")
+        uri = uris.get(record.queue_uri)
+        if uri is None:
+            uri = uris[record.queue_uri] = record.queue_uri.encode("utf-8")
+        flags = _NEW_STYLE if record.new_style_properties else 0
+        if properties is None:
+            properties = b""
+        else:
+            flags |= _HAS_PROPERTIES
+        uri_len, payload_len, properties_len = len(uri), len(payload), len(properties)
+        try:
+            header = pack(flags, record.compression, uri_len, payload_len, properties_len, guid)
+        except struct.error as e:
+            raise ValueError(f"record {bytes(guid).hex()} does not fit the outbox format: {e}") from e
+        size = _RECORD_HEADER.size + uri_len + payload_len + properties_len
+        if parts and body_size + size > _FRAME_RAW_LIMIT:
+            bodies.append(b"".join(parts))
+            parts, body_size = [], 0
+        parts += (header, uri, payload, properties)
+        body_size += size
+        sizes.append(size)
+    if parts:
+        bodies.append(b"".join(parts))
+    return bodies, sizes
 
 
 def _decode_records(raw: bytes) -> Iterator[Tuple[OutboxRecord, int]]:
@@ -158,24 +189,10 @@ def _file_header(magic: bytes) -> bytes:
     return _FILE_HEADER.pack(magic, _VERSION, 0)
 
 
-def _chunks(encoded: List[bytes]) -> Iterator[bytes]:
-    """Joins encoded records into frame bodies of at most 64 MiB (or one bigger record)."""
-    batch: List[bytes] = []
-    size = 0
-    for data in encoded:
-        if batch and size + len(data) > _FRAME_RAW_LIMIT:
-            yield b"".join(batch)
-            batch, size = [], 0
-        batch.append(data)
-        size += len(data)
-    if batch:
-        yield b"".join(batch)
-
-
 def _frame(raw: bytes, compressor: zstandard.ZstdCompressor) -> bytes:
     body = compressor.compress(raw)
-    header = struct.pack("<II", len(body), len(raw))
-    return b"".join((header, struct.pack("<I", crc32c.crc32c(body, crc32c.crc32c(header))), body))
+    lengths = _FRAME_LENGTHS.pack(len(body), len(raw))
+    return b"".join((lengths, _CRC.pack(crc32c.crc32c(body, crc32c.crc32c(lengths))), body))
 
 
 def _read_frames(data: bytes, magic: bytes, name: str) -> Tuple[List[bytes], int]:
@@ -206,7 +223,7 @@ def _read_frames(data: bytes, magic: bytes, name: str) -> Tuple[List[bytes], int
             body = data[body_start:body_start + length]
             if len(body) < length:
                 problem = "incomplete frame"
-            elif crc32c.crc32c(body, crc32c.crc32c(data[offset:offset + 8])) != crc:
+            elif crc32c.crc32c(body, crc32c.crc32c(data[offset:offset + _FRAME_LENGTHS.size])) != crc:
                 problem = "frame checksum mismatch"
             else:
                 try:
@@ -285,7 +302,9 @@ class Outbox:
         OutboxLockedError: another open Outbox holds the directory.
         OSError: the directory cannot be created or read.
 
-    Thread-safety: every method may be called from any thread; one lock serialises them.
+    Thread-safety: every method may be called from any thread. One lock serialises them (file
+    writes and fsyncs included); :meth:`append` encodes and compresses before taking it, so
+    that work overlaps with other threads' writes.
     """
 
     def __init__(self, directory: Union[str, os.PathLike], *, fsync: str = "batch",
@@ -297,7 +316,8 @@ class Outbox:
         self._directory = Path(directory)
         self._fsync = fsync
         self._segment_bytes = segment_bytes
-        self._compressor = zstandard.ZstdCompressor(level=compression_level)
+        self._compression_level = compression_level
+        self._compressors = threading.local()  # a ZstdCompressor is not thread-safe
         self._lock = threading.Lock()
         self._segments: Dict[int, _Segment] = {}  # in segment-number order
         self._index: Dict[bytes, Tuple[_Segment, int]] = {}  # live GUID -> (segment, raw size)
@@ -338,29 +358,30 @@ class Outbox:
         Raises:
             ValueError: a GUID is not 16 bytes or a field is over the format's limits.
             OutboxError: the outbox is closed.
-            OSError: the write or fsync failed (nothing of this call is recovered then,
-                unless the fsync failed after the write).
+            OSError: the write or fsync failed (a failed write leaves nothing of this call behind).
         """
+        fresh: Dict[bytes, OutboxRecord] = {}
+        for record in records:
+            fresh.setdefault(record.guid, record)
+        # Encoding and compressing outside the lock overlaps with another thread's fsync.
+        frames, sizes = self._encode(fresh.values())
         with self._lock:
             self._check_open()
-            fresh: Dict[bytes, OutboxRecord] = {}
-            for record in records:
-                if record.guid not in self._index:
-                    fresh.setdefault(record.guid, record)
+            if any(guid in self._index for guid in fresh):
+                fresh = {guid: record for guid, record in fresh.items() if guid not in self._index}
+                frames, sizes = self._encode(fresh.values())
             if not fresh:
                 return
-            encoded = [(guid, _encode_record(record)) for guid, record in fresh.items()]
-            raw_total = sum(len(data) for _, data in encoded)
-            frames = b"".join(_frame(raw, self._compressor) for raw in _chunks([data for _, data in encoded]))
             segment = self._writable_segment()
-            created = segment.fd is None
-            if created:
-                self._open_file(segment, segment.seg_path, _SEG_MAGIC)
+            created = segment.size == 0
+            self._open_file(segment, records=True)
             start = segment.size
             self._append_frame(segment.fd, segment, "size", frames)
-            for guid, data in encoded:
-                self._index[guid] = (segment, len(data))
-            segment.live += len(encoded)
+            index = self._index
+            for guid, size in zip(fresh, sizes):
+                index[guid] = (segment, size)
+            raw_total = sum(sizes)
+            segment.live += len(sizes)
             segment.live_raw += raw_total
             segment.total_raw += raw_total
             if self._fsync != "never":
@@ -369,7 +390,7 @@ class Outbox:
                     self._sync_directory()
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("outbox: appended %d records (%d bytes) to segment %x at offset %d",
-                             len(encoded), segment.size - start, segment.number, start)
+                             len(sizes), segment.size - start, segment.number, start)
 
     def remove(self, guids: Iterable[bytes]) -> None:
         """Forgets acknowledged messages: they are never returned by :meth:`pending` again.
@@ -386,7 +407,7 @@ class Outbox:
         """
         with self._lock:
             self._check_open()
-            by_segment: Dict[int, List[bytes]] = {}
+            by_segment: Dict[_Segment, List[bytes]] = {}
             for guid in guids:
                 entry = self._index.pop(guid, None)
                 if entry is None:
@@ -394,9 +415,9 @@ class Outbox:
                 segment, size = entry
                 segment.live -= 1
                 segment.live_raw -= size
-                by_segment.setdefault(segment.number, []).append(guid)
-            for number, dead in by_segment.items():
-                self._retire(self._segments[number], dead)
+                by_segment.setdefault(segment, []).append(guid)
+            for segment, dead in by_segment.items():
+                self._retire(segment, dead)
             if self._fsync == "always":
                 self._sync_unsynced()
 
@@ -558,6 +579,18 @@ class Outbox:
         if self._closed:
             raise OutboxError(f"outbox {self._directory} is closed")
 
+    def _compressor(self) -> zstandard.ZstdCompressor:
+        compressor = getattr(self._compressors, "compressor", None)
+        if compressor is None:
+            compressor = self._compressors.compressor = zstandard.ZstdCompressor(level=self._compression_level)
+        return compressor
+
+    def _encode(self, records: Iterable[OutboxRecord]) -> Tuple[bytes, List[int]]:
+        """The frames holding ``records`` and the encoded size of each record."""
+        bodies, sizes = _encode_frames(records)
+        compressor = self._compressor()
+        return b"".join([_frame(body, compressor) for body in bodies]), sizes
+
     def _writable_segment(self) -> _Segment:
         active = self._active
         if active is not None and active.size < self._segment_bytes and not active.torn:
@@ -578,15 +611,16 @@ class Outbox:
         else:
             self._maybe_compact(segment)
 
-    def _open_file(self, segment: _Segment, path: Path, magic: bytes) -> int:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        is_seg = magic == _SEG_MAGIC
-        if is_seg:
-            segment.fd = fd
-        else:
-            segment.ack_fd = fd
-        if os.fstat(fd).st_size == 0:
-            self._append_frame(fd, segment, "size" if is_seg else "ack_size", _file_header(magic))
+    def _open_file(self, segment: _Segment, records: bool) -> int:
+        """The descriptor to append to ``segment``'s records (or tombstones), opened if needed."""
+        fd_attr, size_attr = ("fd", "size") if records else ("ack_fd", "ack_size")
+        fd = getattr(segment, fd_attr)
+        if fd is None:
+            path = segment.seg_path if records else segment.ack_path
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            setattr(segment, fd_attr, fd)
+        if getattr(segment, size_attr) == 0:
+            self._append_frame(fd, segment, size_attr, _file_header(_SEG_MAGIC if records else _ACK_MAGIC))
         return fd
 
     def _append_frame(self, fd: int, segment: _Segment, size_attr: str, data: bytes) -> None:
@@ -623,7 +657,7 @@ class Outbox:
         else:
             fd = self._ack_fd(segment)
             try:
-                self._append_frame(fd, segment, "ack_size", _frame(b"".join(dead), self._compressor))
+                self._append_frame(fd, segment, "ack_size", _frame(b"".join(dead), self._compressor()))
             finally:
                 if segment is not self._active:
                     os.close(fd)
@@ -633,11 +667,9 @@ class Outbox:
                 self._maybe_compact(segment)
 
     def _ack_fd(self, segment: _Segment) -> int:
-        if segment.ack_fd is not None:
-            return segment.ack_fd
-        if not segment.ack_size:
+        if segment.ack_fd is None and not segment.ack_size:
             self._directory_unsynced = True
-        return self._open_file(segment, segment.ack_path, _ACK_MAGIC)
+        return self._open_file(segment, records=False)
 
     def _delete(self, segment: _Segment) -> None:
         segment.close_fds()
@@ -658,9 +690,9 @@ class Outbox:
     def _maybe_compact(self, segment: _Segment) -> None:
         if segment.live_raw >= segment.total_raw * _COMPACT_LIVE_FRACTION:
             return
-        records = [_encode_record(record) for record, _ in self._live_records(segment)]
+        frames, _ = self._encode([record for record, _ in self._live_records(segment)])
         tmp = segment.seg_path.with_name(segment.seg_path.name[:-len(_SEG_SUFFIX)] + _TMP_SUFFIX)
-        body = b"".join([_file_header(_SEG_MAGIC)] + [_frame(raw, self._compressor) for raw in _chunks(records)])
+        body = _file_header(_SEG_MAGIC) + frames
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             _write_all(fd, body)

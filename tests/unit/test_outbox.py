@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import bmq._outbox as outbox_module
 from bmq.exceptions import Error
 from bmq._outbox import (FSYNC_POLICIES, Outbox, OutboxError, OutboxLockedError, OutboxRecord,
-                         _decode_records, _encode_record, _frame, _read_frames)
+                         _decode_records, _encode_frames, _frame, _read_frames)
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(60)
@@ -52,22 +52,32 @@ records_strategy = st.builds(
 )
 
 
+SEG_HEADER = outbox_module._file_header(b"BMQOBSEG")
+
+
+def frame(raw: bytes) -> bytes:
+    return _frame(raw, outbox_module.zstandard.ZstdCompressor())
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(records_strategy, max_size=20))
 def test_record_encoding_round_trip(records):
-    raw = b"".join(_encode_record(r) for r in records)
-    assert [r for r, _ in _decode_records(raw)] == records
-    frames, valid = _read_frames(b"BMQOBSEG\x01\0\0\0\0\0\0\0" + _frame(raw, outbox_module.zstandard.ZstdCompressor()),
-                                 b"BMQOBSEG", "test")
-    assert frames == [raw]
+    bodies, sizes = _encode_frames(records)
+    body = b"".join(bodies)
+    assert len(bodies) == (1 if records else 0)
+    assert list(_decode_records(body)) == list(zip(records, sizes))
+    assert _read_frames(SEG_HEADER + frame(body), b"BMQOBSEG", "test") == ([body], 16 + len(frame(body)))
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=200))
-def test_reading_garbage_after_a_valid_header_never_raises(tail):
-    frames, valid = _read_frames(b"BMQOBSEG\x01\0\0\0\0\0\0\0" + tail, b"BMQOBSEG", "fuzz")
-    assert 16 <= valid <= 16 + len(tail)
-    for raw in frames:  # a frame that passes the CRC by chance may still not be records
+@given(st.lists(records_strategy, max_size=3), st.binary(max_size=200))
+def test_garbage_after_a_frame_never_raises_and_keeps_the_frame(records, tail):
+    body = b"".join(_encode_frames(records)[0])
+    first = frame(body)
+    frames, valid = _read_frames(SEG_HEADER + first + tail, b"BMQOBSEG", "fuzz")
+    assert frames[0] == body
+    assert 16 + len(first) <= valid <= 16 + len(first) + len(tail)
+    for raw in frames[1:]:  # a frame that passes the CRC by chance may still not be records
         try:
             list(_decode_records(raw))
         except ValueError:
@@ -223,7 +233,8 @@ def test_garbage_and_foreign_files_are_skipped_with_a_warning(tmp_path, caplog):
         assert box.pending() == records[1:] + make_batch(2, 1)
 
 
-def test_a_failed_write_is_cut_back_and_later_appends_survive(tmp_path, monkeypatch):
+@pytest.mark.parametrize("fail_on_new_segment", [False, True])
+def test_a_failed_write_is_cut_back_and_later_appends_survive(tmp_path, monkeypatch, fail_on_new_segment):
     first, failed, later = make_batch(1, 3), make_batch(2, 3), make_batch(3, 3)
     real_write_all = outbox_module._write_all
 
@@ -232,15 +243,17 @@ def test_a_failed_write_is_cut_back_and_later_appends_survive(tmp_path, monkeypa
         raise OSError(28, "No space left on device")
 
     with Outbox(tmp_path) as box:
-        box.append(first)
+        if not fail_on_new_segment:
+            box.append(first)
         monkeypatch.setattr(outbox_module, "_write_all", half_then_fail)
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="No space"):
             box.append(failed)
         monkeypatch.setattr(outbox_module, "_write_all", real_write_all)
+        assert len(box) == (0 if fail_on_new_segment else 3)
         box.append(later)
-        assert box.pending() == first + later
+    expected = later if fail_on_new_segment else first + later
     with Outbox(tmp_path) as box:
-        assert box.pending() == first + later
+        assert box.pending() == expected
 
 
 def test_second_outbox_on_the_directory_is_refused(tmp_path):
