@@ -284,6 +284,9 @@ CHILD = r"""
 import struct, sys
 from bmq._outbox import Outbox, OutboxRecord
 directory, fsync, batch_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def report(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 def batch(n):
     return [OutboxRecord(struct.pack(">QQ", n, i), "bmq://bmq.test/q", struct.pack(">QQ", n, i) * 6)
             for i in range(batch_size)]
@@ -291,18 +294,19 @@ with Outbox(directory, fsync=fsync, segment_bytes=8192) as box:
     n = 0
     while True:
         box.append(batch(n))
-        print("A", n, flush=True)
+        report(f"A {n}")
         if n:
             # most batches are acked soon after, every fifth one only half: segments roll,
             # get deleted, emptied or compacted while the parent may kill us
             step = 2 if (n - 1) % 5 == 0 else 1
             box.remove([struct.pack(">QQ", n - 1, i) for i in range(0, batch_size, step)])
-            print("R", n - 1, step, flush=True)
+            report(f"R {n - 1} {step}")
         n += 1
 """
 
 
-@pytest.mark.parametrize("fsync, kill_after", [("never", 3), ("never", 41), ("never", 150), ("batch", 25)])
+@pytest.mark.parametrize("fsync, kill_after", [
+    ("never", 0), ("never", 3), ("never", 41), ("never", 150), ("never", 400), ("batch", 25), ("always", 10)])
 def test_sigkill_mid_run_loses_no_reported_append(tmp_path, fsync, kill_after):
     batch_size = 40
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -311,33 +315,40 @@ def test_sigkill_mid_run_loses_no_reported_append(tmp_path, fsync, kill_after):
     lines = []
     try:
         for line in child.stdout:
-            lines.append(line.split())
-            if lines[-1][:2] == ["A", str(kill_after)]:
+            lines.append(line)
+            if line == f"A {kill_after}\n":
                 break
         child.send_signal(signal.SIGKILL)
-        lines.extend(line.split() for line in child.stdout)  # progress reported before it died
+        lines.extend(child.stdout)  # progress reported before it died
     finally:
         child.kill()
         child.wait(timeout=10)
     assert child.returncode == -signal.SIGKILL
-    appended = {int(words[1]) for words in lines if words[0] == "A"}
-    removed = {int(words[1]): int(words[2]) for words in lines if words[0] == "R"}
+    reports = [line.split() for line in lines if line.endswith("\n")]  # not a line cut by the kill
+    appended = {int(words[1]) for words in reports if words[0] == "A"}
+    removed = {int(words[1]): int(words[2]) for words in reports if words[0] == "R"}
     assert max(appended) >= kill_after
     with Outbox(tmp_path) as box:  # the kill released the lock
         pending = [r.guid for r in box.pending()]
         assert len(pending) == len(set(pending)) == len(box)
         pending_set = set(pending)
+        last = max(appended)
+        # The child removes batch n after appending n + 1, so only batch last - 1 may have
+        # had its removal in flight, and batch last + 1 its append.
+        assert all(n in removed for n in appended if n < last - 1)
         for n in appended:
+            step = 2 if n % 5 == 0 else 1
+            assert removed.get(n, step) == step
             for i in range(batch_size):
-                step = removed.get(n)
-                if step is None or i % step:
+                if i % step:
+                    assert guid(n, i) in pending_set, (n, i)  # never acked
+                elif n in removed:
+                    assert guid(n, i) not in pending_set, f"acked record {(n, i)} recovered"
+                elif n != last - 1:
                     assert guid(n, i) in pending_set, (n, i)
-                elif guid(n, i) in pending_set:
-                    pytest.fail(f"acked record {(n, i)} recovered")
-        in_flight = max(appended) + 1
         for g in pending_set:
             n, i = struct.unpack(">QQ", g)
-            assert n <= in_flight and i < batch_size
+            assert n <= last + 1 and i < batch_size
         assert all(r.payload == r.guid * 6 for r in box.pending())
     with Outbox(tmp_path) as box:  # recovery left the directory consistent
         assert {r.guid for r in box.pending()} == pending_set
