@@ -396,17 +396,20 @@ class Outbox:
         """Forgets acknowledged messages: they are never returned by :meth:`pending` again.
 
         Unknown GUIDs are ignored. A segment left with no pending record is deleted (or, for
-        the one being appended to, emptied); a mostly acknowledged one is rewritten.
+        the one being appended to, emptied); a mostly acknowledged one is rewritten. On a
+        closed outbox this does nothing: an ACK that races with closing leaves its record
+        pending, to be re-sent and de-duplicated by the broker, rather than failing the
+        reader thread that delivered it.
 
         Args:
             guids: GUIDs of acknowledged messages.
 
         Raises:
-            OutboxError: the outbox is closed.
             OSError: writing the tombstones failed.
         """
         with self._lock:
-            self._check_open()
+            if self._closed:
+                return
             by_segment: Dict[_Segment, List[bytes]] = {}
             for guid in guids:
                 entry = self._index.pop(guid, None)

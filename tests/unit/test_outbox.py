@@ -272,10 +272,16 @@ def test_closed_outbox_and_bad_arguments(tmp_path):
     box = Outbox(tmp_path)
     with pytest.raises(ValueError, match="16 bytes"):
         box.append([OutboxRecord(b"short", "bmq://d/q", b"")])
+    box.append(make_batch(1, 2))
     box.close()
     box.close()
     with pytest.raises(OutboxError, match="closed"):
-        box.append(make_batch(1, 1))
+        box.append(make_batch(2, 1))
+    with pytest.raises(OutboxError, match="closed"):
+        box.pending()
+    box.remove([guid(1, 0)])  # a late ACK after close: ignored, the record stays pending
+    with Outbox(tmp_path) as again:
+        assert again.pending() == make_batch(1, 2)
     with pytest.raises(ValueError, match="fsync"):
         Outbox(tmp_path, fsync="sometimes")
 
