@@ -323,7 +323,7 @@ class Outbox:
         self._index: Dict[bytes, Tuple[_Segment, int]] = {}  # live GUID -> (segment, raw size)
         self._active: Optional[_Segment] = None
         self._next_number = 0
-        self._closed = False
+        self._closed = True  # until the directory is locked and loaded
         # What remove() changed and left to the OS (under "batch") until close() syncs it.
         self._unsynced_tombstones: Set[int] = set()
         self._directory_unsynced = False
@@ -334,6 +334,7 @@ class Outbox:
         except BaseException:
             self._release()
             raise
+        self._closed = False
 
     # -- public API ---------------------------------------------------------------------
 
@@ -462,6 +463,13 @@ class Outbox:
                     self._sync_unsynced()
             finally:
                 self._release()
+
+    def __del__(self) -> None:
+        # Like a file object: an outbox dropped without close() still gives back its
+        # descriptors and the directory lock (nothing is lost: every write already happened).
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            self._release()
 
     def __len__(self) -> int:
         """The number of pending (unacknowledged) records."""

@@ -268,6 +268,12 @@ def test_second_outbox_on_the_directory_is_refused(tmp_path):
         assert len(again) == 0
 
 
+def test_a_dropped_outbox_releases_the_directory(tmp_path):
+    Outbox(tmp_path).append(make_batch(1, 2))  # never closed
+    with Outbox(tmp_path) as box:
+        assert box.pending() == make_batch(1, 2)
+
+
 def test_closed_outbox_and_bad_arguments(tmp_path):
     box = Outbox(tmp_path)
     with pytest.raises(ValueError, match="16 bytes"):
