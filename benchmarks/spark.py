@@ -18,16 +18,16 @@ import contextlib
 import json
 import os
 import platform
-import re
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout: this bmq, with its built extension
+
+from bmq.broker import broker_address  # noqa: E402
 
 
 def _queue(name: str) -> str:
@@ -72,24 +72,6 @@ def spark_rate(broker: str, rows: int, payload: int) -> float:
         spark.stop()
 
 
-@contextlib.contextmanager
-def embedded_broker() -> Iterator[str]:
-    """The address of an embedded broker running in a child process, stopped on exit."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    child = subprocess.Popen(
-        [sys.executable, "-m", "bmq.broker", "--port", "0"], stdout=subprocess.PIPE, text=True, env=env
-    )
-    try:
-        line = child.stdout.readline() if child.stdout else ""
-        match = re.search(r"tcp://\S+", line)
-        if match is None:
-            raise RuntimeError(f"the embedded broker did not start: {line!r}")
-        yield match.group(0)
-    finally:
-        child.terminate()
-        child.wait(timeout=10)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -99,7 +81,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with contextlib.ExitStack() as stack:
-        broker = args.broker or stack.enter_context(embedded_broker())
+        broker = stack.enter_context(broker_address(args.broker, separate_process=True))
         results: Dict[str, Any] = {
             "rows": args.rows,
             "payload_bytes": args.payload,

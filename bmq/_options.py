@@ -6,6 +6,7 @@ import random
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
 
+from ._outbox import FSYNC_POLICIES
 from ._types import CompressionAlgorithmType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -161,8 +162,11 @@ class SessionOptions:
             SlowConsumerHighWaterMark event is emitted.
         event_queue_low_watermark: ... back at or below which SlowConsumerNormal is emitted.
         outbox_dir: directory of a durable outbox (see :mod:`bmq` docs), or None.
-        outbox_fsync: fsync every outbox segment write (safe against power loss, slower);
-            without it data survives a process kill but not an OS crash.
+        outbox_fsync: when the outbox forces its writes to disk: ``"batch"`` (default: once
+            per post/post_many call, before it is sent, so an acknowledged-or-recoverable
+            message survives a machine crash), ``"always"`` (also every ACK removal) or
+            ``"never"`` (survives a killed process, not an OS crash; several times faster).
+            Costs are measured in docs/outbox.md.
 
     Thread-safety: immutable.
     """
@@ -184,7 +188,7 @@ class SessionOptions:
     event_queue_high_watermark: int = 2000
     event_queue_low_watermark: int = 50
     outbox_dir: Optional[str] = None
-    outbox_fsync: bool = False
+    outbox_fsync: str = "batch"
 
     def __post_init__(self) -> None:
         for name in (
@@ -204,5 +208,7 @@ class SessionOptions:
             "need 0 <= event_queue_low_watermark < event_queue_high_watermark",
         )
         _require(isinstance(self.user_agent, str), "user_agent must be a str")
+        _require(self.outbox_fsync in FSYNC_POLICIES,
+                 f"outbox_fsync must be one of {', '.join(FSYNC_POLICIES)}, not {self.outbox_fsync!r}")
         _require(self.on_event is None or callable(self.on_event), "on_event must be callable")
         object.__setattr__(self, "compression", _compression(self.compression))

@@ -138,7 +138,7 @@ class PendingPuts:
                 self._wait_for_room(size)
             except (Error, ValueError):
                 if self._outbox is not None:
-                    self._outbox.done(keys)
+                    self._outbox.remove(keys)
                 raise
             self._pending.update(dict.fromkeys(keys, batch))
             self._bytes += size
@@ -178,7 +178,7 @@ class PendingPuts:
                     self._bytes -= len(batch.payloads[batch.index[key]])
             self._room.notify_all()
         if self._outbox is not None:
-            self._outbox.done(keys)
+            self._outbox.remove(keys)
 
     # ---- answers ------------------------------------------------------------------------
     def _settle(self, batch: Batch, guid: bytes, ack: Ack, settled: _Settled) -> None:
@@ -215,7 +215,7 @@ class PendingPuts:
             if guids:
                 self._room.notify_all()
         if self._outbox is not None and guids:
-            self._outbox.done(guids)
+            self._outbox.remove(guids)
         self._notify(settled)
 
     def _complete(self, predicate: Callable[[Batch], bool], status: AckStatus, in_order: bool = False) -> int:
@@ -236,7 +236,7 @@ class PendingPuts:
             if taken:
                 self._room.notify_all()
         if self._outbox is not None and status is not AckStatus.NOT_CONNECTED and taken:
-            self._outbox.done([guid for guid, _ in taken])
+            self._outbox.remove([guid for guid, _ in taken])
         self._notify(settled)
         return len(taken)
 

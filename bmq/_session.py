@@ -21,7 +21,7 @@ from . import _codec, _properties, _schema
 from . import events as ev
 from ._dispatch import Dispatcher, fail_future, resolve_future
 from ._options import QueueOptions, SessionOptions, _compression
-from ._outbox import Outbox, OutboxEntry
+from ._outbox import Outbox, OutboxRecord
 from ._puts import Batch, PendingPuts
 from ._queue import CLOSED, CLOSING, OPEN, OPENING, PENDING, Queue
 from ._transport import Transport, parse_broker_address
@@ -166,10 +166,10 @@ class Session:
         )
         self._host_healthy = True
         self._outbox: Optional[Outbox] = None
-        self._recovered: Dict[str, List[OutboxEntry]] = {}
+        self._recovered: Dict[str, List[OutboxRecord]] = {}
         if options.outbox_dir is not None:
-            self._outbox = Outbox(options.outbox_dir, options.outbox_fsync)
-            for item in self._outbox.recovered:
+            self._outbox = Outbox(options.outbox_dir, fsync=options.outbox_fsync)
+            for item in self._outbox.pending():
                 self._recovered.setdefault(item.queue_uri, []).append(item)
         self._puts = PendingPuts(options, self._dispatcher.submit, self._outbox)
         self.outbox_recovered = sum(map(len, self._recovered.values()))
@@ -787,7 +787,10 @@ class Session:
         )
         per_message = area if isinstance(area, list) else [area] * count
         if self._outbox is not None:
-            self._outbox.add(queue.uri, guids, payloads, per_message, cat)
+            self._outbox.append([
+                OutboxRecord(guids[16 * i:16 * i + 16], queue.uri, payload, props, self._new_style, cat)
+                for i, (payload, props) in enumerate(zip(payloads, per_message))
+            ])
         return self._puts.track_and_send(queue, guids, payloads, per_message, cat, events, on_ack, asynchronous,
                                          caller_guids)
 
@@ -796,14 +799,15 @@ class Session:
         with the original GUIDs (the broker de-duplicates what had arrived)."""
         with self._lock:
             entries = self._recovered.pop(queue.uri, [])
-        for compression in sorted({entry.compression for entry in entries}):
-            group = [entry for entry in entries if entry.compression == compression]
+        # The stored properties areas keep the encoding of the connection that posted them.
+        for compression, new_style in sorted({(e.compression, e.new_style_properties) for e in entries}):
+            group = [e for e in entries if (e.compression, e.new_style_properties) == (compression, new_style)]
             guids = b"".join(entry.guid for entry in group)
             payloads = [entry.payload for entry in group]
             properties = [entry.properties for entry in group]
             events = _codec.build_put_events(
                 queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED, compression=compression,
-                new_style_properties=self._new_style,
+                new_style_properties=new_style,
             )
             self._puts.track_and_send(queue, guids, payloads, properties, compression, events, None, True)
         if entries:

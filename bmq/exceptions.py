@@ -27,6 +27,8 @@ __all__ = [
     "BandwidthLimitError",
     "SessionClosedError",
     "QueueStateError",
+    "OutboxError",
+    "OutboxLockedError",
 ]
 
 
@@ -131,3 +133,13 @@ class SessionClosedError(Error, RuntimeError):
 class QueueStateError(Error, RuntimeError):
     """A call that the queue's open mode or state does not allow (e.g. post on a reader)."""
 
+
+class OutboxError(Error):
+    """A durable outbox that cannot be used: closed, or its directory held by another outbox."""
+
+
+class OutboxLockedError(OutboxError):
+    """Another live outbox (in this or another process) holds the directory.
+
+    Two sessions must not share ``SessionOptions.outbox_dir`` at the same time.
+    """

@@ -5,33 +5,23 @@ embedded broker and first posts a few messages so there is something to receive.
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import bmq
+from bmq.broker import broker_address
 
 QUEUE = "bmq://bmq.test.mem.priority/example-orders"
-
-
-@contextlib.contextmanager
-def broker_address(broker: Optional[str]) -> Iterator[str]:
-    """``broker`` itself, or the address of a seeded embedded broker running inside the block."""
-    if broker:
-        yield broker
-        return
-    from bmq.broker import Broker
-
-    with Broker() as embedded, bmq.Session(embedded.address) as seeder:
-        seeder.open_queue(QUEUE, write=True).post_many([b"order #%d" % n for n in range(5)], {"kind": "new"})
-        yield embedded.address
 
 
 def main(broker: Optional[str] = None, idle_timeout: float = 1.0) -> List[bytes]:
     """Pull messages until none arrives for ``idle_timeout`` seconds; return their payloads."""
     received = []
     with broker_address(broker) as address, bmq.Session(address) as session:
+        if broker is None:  # a fresh embedded broker: post something to receive
+            with session.open_queue(QUEUE, write=True) as seeder:
+                seeder.post_many([b"order #%d" % n for n in range(5)], {"kind": "new"})
         queue = session.open_queue(QUEUE, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=100))
         batch = []
         for message in queue.messages(timeout=idle_timeout):

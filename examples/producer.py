@@ -5,25 +5,13 @@ embedded broker for the duration of the example.
 """
 from __future__ import annotations
 
-import contextlib
 import sys
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import bmq
+from bmq.broker import broker_address
 
 QUEUE = "bmq://bmq.test.mem.priority/example-orders"
-
-
-@contextlib.contextmanager
-def broker_address(broker: Optional[str]) -> Iterator[str]:
-    """``broker`` itself, or the address of an embedded broker running inside the block."""
-    if broker:
-        yield broker
-        return
-    from bmq.broker import Broker
-
-    with Broker() as embedded:
-        yield embedded.address
 
 
 def main(broker: Optional[str] = None) -> List[bmq.Ack]:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Iterator, Optional
 
 from ..exceptions import Error
@@ -47,8 +48,12 @@ def broker_address(address: Optional[str] = None, *, separate_process: bool = Fa
 
 @contextlib.contextmanager
 def _child_broker(start_timeout: float) -> Iterator[str]:
+    # The child imports the same bmq as this process, installed or from a source checkout.
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
     child = subprocess.Popen([sys.executable, "-m", "bmq.broker", "--port", "0"], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                             stderr=subprocess.DEVNULL, text=True, env=env)
     lines: "queue.Queue[str]" = queue.Queue()
     # A thread keeps draining stdout so the child never blocks on a full pipe.
     threading.Thread(target=lambda: [lines.put(line) for line in child.stdout], name="bmq-broker-child-stdout",

@@ -2,7 +2,6 @@
 malformed input — injected by the embedded broker's faults."""
 from __future__ import annotations
 
-import itertools
 import random
 import threading
 import time
@@ -14,15 +13,11 @@ import pytest
 import bmq
 from bmq import _codec, events
 from bmq.broker import Broker
+from support import drain, fresh_uri as fresh
 
 pytestmark = pytest.mark.timeout(120)
 
-_names = itertools.count()
 FAST_RECONNECT = bmq.ReconnectPolicy(initial_delay=0.01, max_delay=0.2, jitter=0.2)
-
-
-def fresh(domain: str = "bmq.test.mem.priority") -> str:
-    return f"bmq://{domain}/ha{next(_names)}-{time.monotonic_ns() % 10**9}"
 
 
 @pytest.fixture
@@ -48,16 +43,6 @@ def wait_event(session: bmq.Session, kind: Type[events.SessionEvent], timeout: f
         if isinstance(event, kind):
             return seen
     raise AssertionError(f"no {kind.__name__} within {timeout} s; saw {seen}")
-
-
-def drain(queue: bmq.Queue, count: int, timeout: float = 20.0) -> list:
-    received = []
-    deadline = time.monotonic() + timeout
-    while len(received) < count and time.monotonic() < deadline:
-        message = queue.get(timeout=max(0.0, deadline - time.monotonic()))
-        if message is not None:
-            received.append(message)
-    return received
 
 
 def test_reconnect_reopens_queues_and_reports_events_in_order(broker):
@@ -226,10 +211,10 @@ def test_unconfirmed_messages_are_redelivered_after_reconnect(broker):
     with bmq.Session(broker.address, options()) as session:
         queue = session.open_queue(fresh(), read=True, write=True)
         queue.post_many([b"u%d" % i for i in range(20)])
-        first = drain(queue, 20)
+        first = drain(queue, 20, timeout=20.0)
         assert len(first) == 20
         broker.faults.drop_connections()
-        again = drain(queue, 20)
+        again = drain(queue, 20, timeout=20.0)
         assert sorted(m.guid for m in again) == sorted(m.guid for m in first)
         session.confirm_many(again)
         assert broker.wait_for(lambda: not broker.queue_messages(queue.uri), 5.0)
@@ -241,10 +226,10 @@ def test_unconfirmed_messages_go_to_another_consumer_when_one_dies(broker):
             bmq.Session(broker.address) as survivor:
         dying = doomed.open_queue(uri, read=True, write=True, options=bmq.QueueOptions(consumer_priority=10))
         dying.post_many([b"r%d" % i for i in range(10)])
-        assert len(drain(dying, 10)) == 10
+        assert len(drain(dying, 10, timeout=20.0)) == 10
         backup = survivor.open_queue(uri, read=True)
         broker.faults.drop_connections(min(c.id for c in broker.clients()))  # the first session
-        got = drain(backup, 10)
+        got = drain(backup, 10, timeout=20.0)
         assert sorted(m.data for m in got) == sorted(b"r%d" % i for i in range(10))
         wait_event(doomed, events.Disconnected)
 

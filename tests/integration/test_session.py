@@ -1,7 +1,6 @@
 """The Session API against the embedded broker: posting, consuming, options, misuse."""
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 
@@ -10,10 +9,9 @@ import pytest
 import bmq
 from bmq import events
 from bmq.broker import Broker
+from support import drain, fresh_uri as fresh
 
 pytestmark = pytest.mark.timeout(60)
-
-_names = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -26,20 +24,6 @@ def broker():
 def session(broker):
     with bmq.Session(broker.address) as s:
         yield s
-
-
-def fresh(domain: str = "bmq.test.mem.priority") -> str:
-    return f"bmq://{domain}/q{next(_names)}-{time.monotonic_ns() % 10**9}"
-
-
-def drain(queue: bmq.Queue, count: int, timeout: float = 10.0) -> list:
-    received = []
-    deadline = time.monotonic() + timeout
-    while len(received) < count and time.monotonic() < deadline:
-        message = queue.get(timeout=max(0.0, deadline - time.monotonic()))
-        if message is not None:
-            received.append(message)
-    return received
 
 
 # ---- connecting ---------------------------------------------------------------------
