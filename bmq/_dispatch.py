@@ -5,7 +5,7 @@ import logging
 import queue as _stdqueue
 import threading
 from concurrent.futures import Future, InvalidStateError
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, RUNNING
 from typing import Any, Callable, List, Optional
 
 __all__ = ["Dispatcher", "new_futures", "resolve_future", "fail_future"]
@@ -13,7 +13,6 @@ __all__ = ["Dispatcher", "new_futures", "resolve_future", "fail_future"]
 logger = logging.getLogger(__name__)
 
 _STOP = object()
-_PENDING = PENDING
 _DONE_STATES = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
 
 
@@ -29,7 +28,8 @@ class _SharedConditionFuture(Future):  # type: ignore[type-arg]
 
     def __init__(self, condition: threading.Condition) -> None:  # noqa: super-init-not-called
         self._condition = condition
-        self._state = _PENDING
+        # Born running, as new_futures promises; nobody else holds it yet, so no notify.
+        self._state = RUNNING
         self._result = None
         self._exception = None
         self._waiters: List[Any] = []
@@ -49,9 +49,16 @@ class _SharedConditionFuture(Future):  # type: ignore[type-arg]
 
 
 def new_futures(count: int) -> "List[Future[Any]]":
-    """``count`` fresh futures (the single place futures for posts are made)."""
+    """``count`` fresh futures in the RUNNING state (the single place futures for posts are made).
+
+    A post is on its way once accepted, so its future cannot be cancelled (``cancel()``
+    returns False); a cancellable one would also never be noticed by
+    ``concurrent.futures.wait`` because nothing would call ``set_running_or_notify_cancel``.
+    """
     if count == 1:
-        return [Future()]
+        future: "Future[Any]" = Future()
+        future.set_running_or_notify_cancel()
+        return [future]
     condition = threading.Condition()
     return [_SharedConditionFuture(condition) for _ in range(count)]
 

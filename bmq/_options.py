@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
 
 from ._outbox import FSYNC_POLICIES
 from ._types import CompressionAlgorithmType
+from .exceptions import ArgumentTypeError, InvalidArgumentError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._health import HostHealthMonitor
@@ -25,7 +26,7 @@ _PRIORITY_MAX = 1_073_741_823
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
-        raise ValueError(message)
+        raise InvalidArgumentError(message)
 
 
 def _positive(name: str, value: Any) -> None:
@@ -117,7 +118,7 @@ class QueueOptions:
             f"consumer_priority must be an int within [{_PRIORITY_MIN}, {_PRIORITY_MAX}]",
         )
         if isinstance(self.subscriptions, str):
-            raise TypeError("subscriptions must be a sequence of expression strings, not one string")
+            raise ArgumentTypeError("subscriptions must be a sequence of expression strings, not one string")
         object.__setattr__(self, "subscriptions", tuple(self.subscriptions))
         for text in self.subscriptions:
             _require(isinstance(text, str) and bool(text.strip()), f"bad subscription expression {text!r}")
@@ -134,7 +135,7 @@ def _compression(value: Union[CompressionAlgorithmType, str, None]) -> Compressi
             return CompressionAlgorithmType[value.upper()]
         except KeyError:
             pass
-    raise ValueError(f"unknown compression {value!r}: use 'zlib', 'none' or CompressionAlgorithmType")
+    raise InvalidArgumentError(f"unknown compression {value!r}: use 'zlib', 'none' or CompressionAlgorithmType")
 
 
 @_value_class

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 from . import _codec
 from ._dispatch import new_futures, resolve_future
 from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus
-from .exceptions import BandwidthLimitError, ConnectionLost, Error, SessionClosedError, TimeoutError
+from .exceptions import BandwidthLimitError, ConnectionLost, Error, InvalidArgumentError, SessionClosedError, TimeoutError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._options import SessionOptions
@@ -119,9 +119,10 @@ class PendingPuts:
         still pending (its first post would never be settled).
 
         Raises:
-            ValueError: a repeated or still pending caller GUID.
+            InvalidArgumentError: a repeated or still pending caller GUID.
             BandwidthLimitError: no room within ``channel_write_timeout`` (nothing kept).
-            SessionClosedError: the session stopped while waiting for room.
+            SessionClosedError: the session stopped (before or while waiting for room): after
+                :meth:`close` nothing is recorded, as nothing would ever settle it.
         """
         count = len(payloads)
         data = events[0] if len(events) == 1 else b"".join(events)
@@ -130,13 +131,15 @@ class PendingPuts:
                       on_ack, asynchronous)
         size = sum(map(len, payloads))
         if caller_guids and len(batch.index) != count:
-            raise ValueError("the same GUID appears twice in one post")
+            raise InvalidArgumentError("the same GUID appears twice in one post")
         with self._lock:
             try:
+                if self._closed:
+                    raise SessionClosedError("the session stopped")
                 if caller_guids and any(key in self._pending for key in keys):
-                    raise ValueError("a GUID of this post is still waiting for its ACK")
+                    raise InvalidArgumentError("a GUID of this post is still waiting for its ACK")
                 self._wait_for_room(size)
-            except (Error, ValueError):
+            except Error:
                 if self._outbox is not None:
                     self._outbox.remove(keys)
                 raise

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List,
 from ._options import QueueOptions
 from ._types import Ack, CompressionAlgorithmType, Message, PropertyType
 from ._uri import QueueUri
-from .exceptions import PostError, QueueStateError
+from .exceptions import ArgumentTypeError, PostError, QueueStateError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._session import Session
@@ -33,6 +33,15 @@ def raise_for_failures(acks: Sequence[Ack]) -> None:
     if failed:
         statuses = sorted({ack.status.name for ack in failed})
         raise PostError(f"{len(failed)} of {len(acks)} message(s) not acknowledged: {', '.join(statuses)}", failed)
+
+
+def _check_payload_sequence(payloads: Any) -> None:
+    """Refuse one payload given where a sequence of payloads belongs: iterating ``b"abc"``
+    would post three messages of 97, 98 and 99 NUL bytes."""
+    if isinstance(payloads, (bytes, bytearray, memoryview, str)):
+        raise ArgumentTypeError(
+            f"post_many takes a sequence of payloads (e.g. [b'...']), not one {type(payloads).__name__} object"
+        )
 
 
 class Queue:
@@ -147,16 +156,20 @@ class Queue:
         Returns:
             A Future resolving to the Ack (never raising): SUCCESS, a broker NACK, TIMEOUT
             after ``ack_timeout``, NOT_CONNECTED when the session stops first, CANCELED when the
-            queue is closed first.
+            queue is closed first. It is already running: a post cannot be cancelled once
+            accepted (``cancel()`` returns False), close the queue instead.
 
         Raises:
             QueueStateError: the queue is not open for writing (or is suspended).
             SessionClosedError: the session is stopped.
-            ValueError: empty payload. MessageTooLargeError, PropertyError: over limits.
+            ArgumentTypeError (a TypeError): ``data`` is not bytes, bytearray or memoryview.
+            InvalidArgumentError: empty payload or unknown compression.
+            MessageTooLargeError, PropertyError: over limits.
             BandwidthLimitError: the connection stayed above its high watermark (or the
                 retransmission buffer full) for ``channel_write_timeout``; nothing was sent.
         """
-        batch = self._session._post(self, (data,), properties, property_types, compression, None, on_ack, True)
+        batch = self._session._post(self, (data,), properties, property_types, compression, None, on_ack, True,
+                                    single=True)
         return batch.futures[0]  # type: ignore[index]
 
     def post(
@@ -182,7 +195,8 @@ class Queue:
             TimeoutError: no result within ``timeout``.
             The errors of :meth:`post_async`.
         """
-        batch = self._session._post(self, (data,), properties, property_types, compression, None, None, False)
+        batch = self._session._post(self, (data,), properties, property_types, compression, None, None, False,
+                                    single=True)
         acks = batch.wait(self._session._ack_wait_limit(timeout))
         raise_for_failures(acks)
         return acks[0]
@@ -212,8 +226,10 @@ class Queue:
             One future per payload, as :meth:`post_async`.
 
         Raises:
-            The errors of :meth:`post_async`; ValueError for a wrong ``guids`` length.
+            The errors of :meth:`post_async`; InvalidArgumentError for a wrong ``guids``
+            length; ArgumentTypeError (a TypeError) when ``payloads`` is one bytes/str object, not a sequence.
         """
+        _check_payload_sequence(payloads)
         if not payloads:
             return []
         batch = self._session._post(self, payloads, properties, property_types, compression, guids, on_ack, True)
@@ -239,6 +255,7 @@ class Queue:
             TimeoutError: not all results within ``timeout`` (default ``ack_timeout`` + margin).
             The errors of :meth:`post_many_async`.
         """
+        _check_payload_sequence(payloads)
         if not payloads:
             return []
         batch = self._session._post(self, payloads, properties, property_types, compression, guids, None, False)

@@ -32,7 +32,10 @@ from .exceptions import (
     ClosedByBroker,
     ConnectionError,
     ConnectionLost,
+    ArgumentTypeError,
     Error,
+    InvalidArgumentError,
+    OutboxError,
     ProtocolError,
     QueueStateError,
     SessionClosedError,
@@ -58,6 +61,30 @@ _SUPERVISOR_TICK = 0.1
 _CONFIRM_CHUNK = 20000
 _EVENT_BACKLOG = 10000
 _session_ids = itertools.count(1)
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _payload_list(payloads: Sequence[Any], single: bool) -> List[bytes]:
+    """The payloads as a new list of immutable bytes (they are kept for re-sending).
+
+    Raises:
+        ArgumentTypeError: a payload that is not bytes-like (``bytes(5)`` would silently make five
+            NUL bytes, so nothing is coerced).
+        InvalidArgumentError: an empty payload.
+    """
+    if all(type(p) is bytes for p in payloads):
+        result = list(payloads)
+    else:
+        result = []
+        for i, p in enumerate(payloads):
+            if not isinstance(p, _BYTES_LIKE):
+                name = "data" if single else f"payloads[{i}]"
+                raise ArgumentTypeError(f"{name} must be bytes, bytearray or memoryview, not {type(p).__name__}")
+            result.append(p if type(p) is bytes else bytes(p))
+    if not all(result):
+        name = "data" if single else f"payloads[{result.index(b'')}]"
+        raise InvalidArgumentError(f"{name} is empty: BlazingMQ messages need a payload")
+    return result
 
 
 class _Request:
@@ -201,6 +228,7 @@ class Session:
         return f"Session({self.broker!r}, state={self._state})"
 
     def __enter__(self) -> "Session":
+        self._check_running()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -520,18 +548,18 @@ class Session:
             The open :class:`bmq.Queue`.
 
         Raises:
-            InvalidURIError: bad URI syntax. ValueError: neither read nor write, or a writer
-                with ``?id=``. QueueStateError: this URI is already open in this session.
+            InvalidURIError: bad URI syntax. InvalidArgumentError: neither read nor write, a
+                writer with ``?id=``, or ``on_message`` without read. QueueStateError: this URI is already open in this session.
             BrokerError: the broker refused. TimeoutError: no answer within ``timeout``.
             SessionClosedError: the session is stopped.
         """
         parsed = parse_uri(uri)
         if not (read or write):
-            raise ValueError("open_queue needs read=True and/or write=True")
+            raise InvalidArgumentError("open_queue needs read=True and/or write=True")
         if write and parsed.app_id is not None:
-            raise ValueError(f"{uri}: a queue with '?id=' can only be opened for reading")
+            raise InvalidArgumentError(f"{uri}: a queue with '?id=' can only be opened for reading")
         if on_message is not None and not read:
-            raise ValueError("on_message needs read=True")
+            raise InvalidArgumentError("on_message needs read=True")
         timeout = self.options.open_queue_timeout if timeout is None else timeout
         with self._lock:
             self._check_running()
@@ -590,9 +618,8 @@ class Session:
                                        buffered=buffered, deconfigure=suspend)
             except (BrokerError, TimeoutError):
                 # The broker holds the opened handle: release it (best effort) before failing.
-                body = {"closeQueue": {"handleParameters": queue._handle_parameters(), "isFinal": True}}
                 try:
-                    self._call(body, self.options.close_queue_timeout, f"close {queue.uri}", buffered=False)
+                    self._call(self._close_request(queue), self.options.close_queue_timeout, f"close {queue.uri}", buffered=False)
                 except Error as e:
                     logger.info("closing %s after a failed configure failed too: %s", queue.uri, e)
                 raise
@@ -691,13 +718,21 @@ class Session:
             if connected:
                 if queue.read and queue.subscription_ids:
                     self._configure_handle(queue, queue.options, timeout, buffered=False, deconfigure=True)
-                body = {"closeQueue": {"handleParameters": queue._handle_parameters(), "isFinal": True}}
-                self._call(body, max(0.0, deadline - time.monotonic()), f"close {uri}", buffered=False)
+                self._call(self._close_request(queue), max(0.0, deadline - time.monotonic()), f"close {uri}",
+                           buffered=False)
         except ConnectionLost:
             pass  # the broker forgets the handle with the connection
         finally:
             self._forget_queue(queue, AckStatus.CANCELED)
         logger.info("closed %s", uri)
+
+    def _close_request(self, queue: Queue) -> Dict[str, Any]:
+        """CloseQueue for one handle: its own counts, and ``isFinal`` only when no other handle
+        of the canonical URI stays open in this session (FACTS §8.5); a final close of a shared
+        qId would make the broker drop the other handles (writer, other appIds)."""
+        with self._lock:
+            _, handles = self._queue_ids.get(queue._parsed.canonical, (None, 1))
+        return {"closeQueue": {"handleParameters": queue._handle_parameters(), "isFinal": handles <= 1}}
 
     def _forget_queue(self, queue: Queue, status: AckStatus) -> None:
         with self._lock:
@@ -748,7 +783,7 @@ class Session:
             return _properties.encode(properties, property_types, new_style)
         areas = [_properties.encode(item, property_types, new_style) for item in properties]
         if len(areas) != count:
-            raise ValueError(f"{len(areas)} property mappings for {count} payloads")
+            raise InvalidArgumentError(f"{len(areas)} property mappings for {count} payloads")
         return areas
 
     def _post(
@@ -761,9 +796,11 @@ class Session:
         guids: Optional[bytes],
         on_ack: Optional[Callable[[Ack], None]],
         asynchronous: bool,
+        single: bool = False,
     ) -> Batch:
         """Build PUT events in the calling thread, record them, hand them to the writer.
-        ``asynchronous`` makes one future per message, else the caller waits on the batch."""
+        ``asynchronous`` makes one future per message, else the caller waits on the batch;
+        ``single`` names the payload ``data`` (post) rather than ``payloads[i]`` in errors."""
         if not queue.write:
             raise QueueStateError(f"{queue.uri} was not opened with write=True")
         if queue.state not in (OPEN, PENDING):
@@ -771,8 +808,7 @@ class Session:
             raise QueueStateError(f"{queue.uri} is {queue.state}")
         if queue.suspended:
             raise QueueStateError(f"{queue.uri} is suspended (host unhealthy)")
-        # Keep our own list of immutable payloads: they are re-sent after a reconnect.
-        payloads = [p if type(p) is bytes else bytes(p) for p in payloads]
+        payloads = _payload_list(payloads, single)
         count = len(payloads)
         cat = (self.options.compression if compression is None else _compression(compression)).value
         area = self._encode_properties(properties, property_types, count)
@@ -780,17 +816,21 @@ class Session:
         if guids is None:
             guids = self._guids.generate(count) if count else b""
         elif len(guids) != 16 * count:
-            raise ValueError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
+            raise InvalidArgumentError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
         events = _codec.build_put_events(
             queue.queue_id, guids, payloads, area, flags=_ACK_REQUESTED, compression=cat,
             new_style_properties=self._new_style,
         )
         per_message = area if isinstance(area, list) else [area] * count
         if self._outbox is not None:
-            self._outbox.append([
-                OutboxRecord(guids[16 * i:16 * i + 16], queue.uri, payload, props, self._new_style, cat)
-                for i, (payload, props) in enumerate(zip(payloads, per_message))
-            ])
+            try:
+                self._outbox.append([
+                    OutboxRecord(guids[16 * i:16 * i + 16], queue.uri, payload, props, self._new_style, cat)
+                    for i, (payload, props) in enumerate(zip(payloads, per_message))
+                ])
+            except OutboxError:
+                self._check_running()  # stop() closed the outbox under us: say so
+                raise
         return self._puts.track_and_send(queue, guids, payloads, per_message, cat, events, on_ack, asynchronous,
                                          caller_guids)
 
@@ -853,7 +893,8 @@ class Session:
         broker redelivers those messages, as the official SDKs do.
 
         Raises:
-            SessionClosedError: the session is stopped. QueueStateError: a queue is closed.
+            SessionClosedError: the session is stopped. QueueStateError: a queue is closed, or a
+                message came from another session.
             BandwidthLimitError: the connection stayed above its high watermark for
                 ``channel_write_timeout``.
         """
@@ -861,6 +902,8 @@ class Session:
         items = []
         for message in messages:
             queue = message._queue
+            if queue._session is not self:
+                raise QueueStateError(f"a message of {queue.uri} from another session cannot be confirmed here")
             if queue.state == CLOSED:
                 raise QueueStateError(f"{queue.uri} is closed: cannot confirm")
             items.append((queue.queue_id, message.guid, queue.sub_id))
@@ -889,7 +932,10 @@ class Session:
         if not healthy:
             self._emit(ev.HostUnhealthy())
         with self._lock:
-            queues = [q for q in self._queues.values() if q.options.suspends_on_bad_host_health and q.is_open]
+            # Only queues whose state changes: a queue opened while unhealthy started suspended,
+            # and one that never was suspended must not be reported resumed.
+            queues = [q for q in self._queues.values()
+                      if q.options.suspends_on_bad_host_health and q.is_open and q.suspended == healthy]
         for queue in queues:
             try:
                 if queue.read:
@@ -967,9 +1013,11 @@ class Session:
         closed = SessionClosedError(f"session to {self.broker} stopped")
         for request in requests.values():
             fail_future(request.future, closed)
-        self._puts.close()
+        # Queues first: a post racing with stop() then fails its state check, and one already
+        # past it is refused or settled by the closed table (never left pending).
         for queue in queues:
             queue._mark_closed()
+        self._puts.close()
         current = threading.current_thread()
         if self._supervisor.is_alive() and self._supervisor is not current:
             self._supervisor.join(max(0.0, deadline - time.monotonic()))

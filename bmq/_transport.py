@@ -39,12 +39,22 @@ def parse_broker_address(broker: str) -> Tuple[str, int]:
     """``"tcp://host:port"`` (or ``"host:port"``) -> ``(host, port)``.
 
     Raises:
-        InvalidURIError: not of that form.
+        InvalidURIError: not of that form: another scheme, a port that is not ASCII digits
+            (``int()`` would take other scripts' digits) or outside 1..65535.
     """
-    text = broker[len("tcp://"):] if broker.startswith("tcp://") else broker
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InvalidURIError(f"bad broker address {broker!r}: expected 'tcp://host:port'")
+    scheme, sep, text = broker.partition("://")
+    if not sep:
+        text = broker
+    host, sep_port, port = text.rpartition(":")
+    if (
+        (sep and scheme != "tcp")
+        or not sep_port
+        or not host
+        or "/" in host
+        or not (port.isascii() and port.isdigit())
+        or not 0 < int(port) < 65536
+    ):
+        raise InvalidURIError(f"bad broker address {broker!r}: expected the form 'tcp://HOST:PORT'")
     return host.strip("[]"), int(port)
 
 

@@ -3,6 +3,13 @@
 Where a builtin exception has the same meaning (``ValueError``, ``TimeoutError``,
 ``ConnectionError``), the bmq class subclasses it too, so ``except TimeoutError`` keeps working
 for code that does not know bmq.
+
+Misuse: an argument of the right type but a bad value (an empty payload, an unknown
+compression name, ``open_queue`` with neither read nor write...) raises
+:class:`InvalidArgumentError` (a ``bmq.Error`` and a ``ValueError``). An argument of the wrong
+*type* (``post(5)``, ``post_many(b"abc")``) stays a ``TypeError``, as in any Python function:
+bmq raises :class:`ArgumentTypeError`, a ``TypeError`` that is also a ``bmq.Error``, so both
+``except TypeError`` and ``except bmq.Error`` catch it.
 """
 from __future__ import annotations
 
@@ -18,6 +25,8 @@ __all__ = [
     "PropertyError",
     "MessageTooLargeError",
     "InvalidURIError",
+    "InvalidArgumentError",
+    "ArgumentTypeError",
     "ConnectionError",
     "ConnectionLost",
     "ClosedByBroker",
@@ -68,6 +77,15 @@ class MessageTooLargeError(Error, ValueError):
 
 class InvalidURIError(Error, ValueError):
     """A queue URI that does not follow ``bmq://domain[.~tier]/queue[?id=appId]``."""
+
+
+class InvalidArgumentError(Error, ValueError):
+    """An argument of an acceptable type whose value the API does not allow (e.g. an empty
+    payload or an unknown compression name)."""
+
+
+class ArgumentTypeError(Error, TypeError):
+    """An argument of the wrong type (e.g. an int where a bytes-like payload belongs)."""
 
 
 class ConnectionError(Error, builtins.ConnectionError):

@@ -89,10 +89,11 @@ def test_batch_futures_behave_like_standard_futures():
     third.set_result("c")
     assert called == ["c"]
     assert sorted(f.result() for f in cf.as_completed([first, second, third], timeout=1.0)) == ["a", "b", "c"]
-    cancelled, errored = new_futures(2)
-    assert cancelled.cancel() and cancelled.cancelled()
-    resolve_future(cancelled, "ignored")  # what the session does when an ACK comes late
-    with pytest.raises(cf.CancelledError):
-        cancelled.result(1.0)
+    # Born running: an accepted post cannot be cancelled, so wait() always sees it settle.
+    for uncancellable in (*new_futures(1), *new_futures(2)):
+        assert uncancellable.running() and not uncancellable.cancel() and not uncancellable.cancelled()
+        resolve_future(uncancellable, "ack")
+        assert cf.wait([uncancellable], timeout=1.0).done == {uncancellable}
+    (errored,) = new_futures(1)
     errored.set_exception(ValueError("x"))
     assert isinstance(errored.exception(1.0), ValueError)
