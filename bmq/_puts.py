@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 from . import _codec
 from ._dispatch import new_futures, resolve_future
 from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus
-from .exceptions import BandwidthLimitError, ConnectionLost, Error, InvalidArgumentError, SessionClosedError, TimeoutError
+from .exceptions import (
+    BandwidthLimitError,
+    ConnectionLost,
+    Error,
+    InvalidArgumentError,
+    SessionClosedError,
+    TimeoutError,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._options import SessionOptions

@@ -549,7 +549,8 @@ class Session:
 
         Raises:
             InvalidURIError: bad URI syntax. InvalidArgumentError: neither read nor write, a
-                writer with ``?id=``, or ``on_message`` without read. QueueStateError: this URI is already open in this session.
+                writer with ``?id=``, or ``on_message`` without read.
+            QueueStateError: this URI is already open in this session.
             BrokerError: the broker refused. TimeoutError: no answer within ``timeout``.
             SessionClosedError: the session is stopped.
         """
@@ -619,7 +620,8 @@ class Session:
             except (BrokerError, TimeoutError):
                 # The broker holds the opened handle: release it (best effort) before failing.
                 try:
-                    self._call(self._close_request(queue), self.options.close_queue_timeout, f"close {queue.uri}", buffered=False)
+                    self._call(self._close_request(queue), self.options.close_queue_timeout, f"close {queue.uri}",
+                               buffered=False)
                 except Error as e:
                     logger.info("closing %s after a failed configure failed too: %s", queue.uri, e)
                 raise
