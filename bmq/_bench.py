@@ -64,9 +64,16 @@ def percentiles(values_ns: Sequence[int]) -> dict:
 
 
 def make_payload(size: int) -> bytearray:
-    """A reusable payload buffer of ``size`` bytes; the first 8 get the send timestamp."""
-    if size < MIN_PAYLOAD_SIZE:
-        raise ValueError(f"--size must be at least {MIN_PAYLOAD_SIZE} bytes (the latency timestamp)")
+    """A reusable payload buffer of ``size`` bytes; the first 8 get the send timestamp.
+
+    Raises:
+        ValueError: ``size`` is below 8 bytes or above the protocol's 64 MiB payload limit.
+    """
+    from ._codec import MAX_PAYLOAD_SIZE
+
+    if not MIN_PAYLOAD_SIZE <= size <= MAX_PAYLOAD_SIZE:
+        raise ValueError(f"--size must be between {MIN_PAYLOAD_SIZE} (the latency timestamp) and "
+                         f"{MAX_PAYLOAD_SIZE} bytes (BlazingMQ's payload limit), not {size}")
     return bytearray(b"b" * size)
 
 
@@ -120,6 +127,37 @@ def _finish(result: BenchResult, collector: _Collector, post_end_ns: int, timeou
     return result
 
 
+class _Workers:
+    """Threads of one run; the first exception in any of them wakes the run and is re-raised."""
+
+    def __init__(self, collector: _Collector):
+        self.collector = collector
+        self.threads: List[threading.Thread] = []
+        self.error: Optional[BaseException] = None
+
+    def start(self, name: str, target: Callable, *args) -> None:
+        def run() -> None:
+            try:
+                target(*args)
+            except BaseException as exc:  # re-raised by the caller's thread in raise_if_failed
+                if self.error is None:
+                    self.error = exc
+                self.collector.done.set()  # nobody waits for messages that will not come
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
 def _split(total: int, parts: int) -> List[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
@@ -141,6 +179,8 @@ def run_bmq(broker: str, uri: str, *, size: int, count: int, producers: int = 1,
             readers.append(session.open_queue(uri, read=True, options=bmq.QueueOptions(
                 max_unconfirmed_messages=max(1000, 4 * batch))))
         collector = _Collector(count, time.perf_counter_ns())
+        consumers_ = _Workers(collector)
+        producers_ = _Workers(collector)
         stop = threading.Event()
 
         def consume(session, reader) -> None:
@@ -156,10 +196,8 @@ def run_bmq(broker: str, uri: str, *, size: int, count: int, producers: int = 1,
                         progress(len(pending))
                     pending = []
 
-        consumer_threads = [threading.Thread(target=consume, args=(s, r), name=f"bmq-bench-consumer-{i}",
-                                             daemon=True) for i, (s, r) in enumerate(zip(sessions, readers))]
-        for thread in consumer_threads:
-            thread.start()
+        for i, (session, reader) in enumerate(zip(sessions, readers)):
+            consumers_.start(f"bmq-bench-consumer-{i}", consume, session, reader)
         lock = threading.Lock()
 
         def produce(share: int) -> None:
@@ -167,7 +205,7 @@ def run_bmq(broker: str, uri: str, *, size: int, count: int, producers: int = 1,
                 writer = session.open_queue(uri, write=True)
                 in_flight: list = []
                 sent = 0
-                while sent < share:
+                while sent < share and producers_.error is None:
                     n = min(batch, share - sent)
                     in_flight.extend(writer.post_many_async([stamped(template) for _ in range(n)]))
                     sent += n
@@ -183,17 +221,15 @@ def run_bmq(broker: str, uri: str, *, size: int, count: int, producers: int = 1,
                 result.acked += ok
                 result.nacked += len(futures) - ok
 
-        producer_threads = [threading.Thread(target=produce, args=(share,), name=f"bmq-bench-producer-{i}",
-                                             daemon=True) for i, share in enumerate(_split(count, producers))]
-        for thread in producer_threads:
-            thread.start()
-        for thread in producer_threads:
-            thread.join(timeout)
+        for i, share in enumerate(_split(count, producers)):
+            producers_.start(f"bmq-bench-producer-{i}", produce, share)
+        producers_.join(timeout)
         post_end = time.perf_counter_ns()
         finished = collector.done.wait(timeout)
         stop.set()
-        for thread in consumer_threads:
-            thread.join(5)
+        consumers_.join(5)
+        producers_.raise_if_failed()
+        consumers_.raise_if_failed()
     finally:
         for session in sessions:
             session.stop()
@@ -250,14 +286,13 @@ def run_official(broker: str, uri: str, *, size: int, count: int, producers: int
             for _ in range(share):
                 acked.acquire(timeout=timeout)
 
-        threads = [threading.Thread(target=produce, args=(share,), daemon=True)
-                   for share in _split(count, producers)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout)
+        producers_ = _Workers(collector)
+        for i, share in enumerate(_split(count, producers)):
+            producers_.start(f"bmq-bench-official-producer-{i}", produce, share)
+        producers_.join(timeout)
         post_end = time.perf_counter_ns()
         finished = collector.done.wait(timeout)
+        producers_.raise_if_failed()
     finally:
         stopping.set()
         for session in reversed(sessions):  # producers first: nothing new for the consumers

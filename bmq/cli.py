@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from concurrent.futures import wait
-from typing import IO, Dict, List, Optional, Sequence, Tuple
+from typing import IO, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -30,6 +30,34 @@ _PROPERTY_TYPES = ("bool", "char", "short", "int32", "int64", "string", "binary"
 
 class CommandError(Exception):
     """A user error detected by the CLI itself (exit code 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error style: one line on stderr, exit code 2."""
+
+    def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _number(kind: type, minimum: float, inclusive: bool) -> Callable[[str], float]:
+    bound = f">= {minimum}" if inclusive else f"> {minimum}"
+
+    def convert(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
+        if value < minimum or (value == minimum and not inclusive):
+            raise argparse.ArgumentTypeError(f"{text} must be {bound}")
+        return value
+
+    convert.__name__ = kind.__name__  # what argparse names in "invalid <name> value"
+    return convert
+
+
+_positive_int = _number(int, 0, inclusive=False)
+_positive_float = _number(float, 0, inclusive=False)
+_non_negative_float = _number(float, 0, inclusive=True)
 
 
 class Progress:
@@ -128,8 +156,6 @@ def _payloads(args: argparse.Namespace) -> Tuple[List[bytes], int]:
         if not data:
             raise CommandError(f"--file: {args.file} is empty (BlazingMQ refuses empty payloads)")
         return [data], 1 if args.count is None else args.count
-    if args.size <= 0:
-        raise CommandError("--size must be positive (BlazingMQ refuses empty payloads)")
     count = 1 if args.count is None else args.count
     return [(b"%010d" % i).ljust(args.size, b".")[: args.size] for i in range(min(count, 1000))], count
 
@@ -140,8 +166,6 @@ def cmd_post(args: argparse.Namespace) -> int:
 
     payloads, count = _payloads(args)
     properties, property_types = _properties(args)
-    if count <= 0 or args.threads <= 0:
-        raise CommandError("--count and --threads must be positive")
     statuses: Dict[str, int] = {}
     lock = threading.Lock()
     progress = Progress("post", count)
@@ -233,7 +257,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
                 break
             received += 1
             if args.output == "raw":
-                out.write(msg.data + b"\n")
+                out.write(msg.data)
             else:
                 out.write(json.dumps(message_record(msg), separators=(",", ":")).encode() + b"\n")
             if not args.no_confirm:
@@ -264,9 +288,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from . import _bench
     from .broker import broker_address
 
-    if args.count <= 0 or args.producers <= 0 or args.consumers <= 0:
-        raise CommandError("--count, --producers and --consumers must be positive")
-    _bench.make_payload(args.size)  # validates --size before anything starts
+    try:
+        _bench.make_payload(args.size)  # validates --size before anything starts
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
     results = []
     # A broker in this process would share the GIL with the client being measured.
     with broker_address(args.broker, separate_process=True) as address:
@@ -341,7 +366,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bmq", description="BlazingMQ from Python: post, consume, "
+    parser = _Parser(prog="bmq", description="BlazingMQ from Python: post, consume, "
                                      "benchmark, or run an embedded broker.")
     parser.add_argument("--debug", action="store_true", help="log at DEBUG and show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -362,38 +387,40 @@ def build_parser() -> argparse.ArgumentParser:
 
     post = client_command("post", "post messages to a queue and wait for every ACK")
     post.add_argument("uri", help="queue URI, e.g. bmq://bmq.test.mem.priority/orders")
-    post.add_argument("--count", type=int, help="messages to post (default 1, or one per --stdin line)")
+    post.add_argument("--count", type=_positive_int, help="messages to post (default 1, or one per --stdin line)")
     source = post.add_mutually_exclusive_group()
-    source.add_argument("--size", type=int, default=100, help="payload size in bytes (default 100)")
+    source.add_argument("--size", type=_positive_int, default=100, help="payload size in bytes (default 100)")
     source.add_argument("--file", help="post this file's content")
     source.add_argument("--stdin", action="store_true", help="post each line of standard input")
     post.add_argument("--property", action="append", metavar="NAME[:TYPE]=VALUE",
                       help=f"message property; TYPE one of {', '.join(_PROPERTY_TYPES)} (default string)")
     post.add_argument("--compression", choices=["none", "zlib"], default="none")
-    post.add_argument("--rate", type=float, help="messages per second in total (default: as fast as possible)")
-    post.add_argument("--threads", type=int, default=1, help="posting threads (default 1)")
-    post.add_argument("--batch", type=int, default=1000, help=argparse.SUPPRESS)
-    post.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for ACKs of a batch")
+    post.add_argument("--rate", type=_positive_float, help="messages per second in total (default: as fast as possible)")
+    post.add_argument("--threads", type=_positive_int, default=1, help="posting threads (default 1)")
+    post.add_argument("--batch", type=_positive_int, default=1000, help=argparse.SUPPRESS)
+    post.add_argument("--timeout", type=_positive_float, default=60.0, help="seconds to wait for ACKs of a batch")
     post.set_defaults(func=cmd_post)
 
     consume = client_command("consume", "print messages from a queue (JSON lines) and confirm them")
     consume.add_argument("uri", help="queue URI; fan-out consumers add ?id=APPID")
-    consume.add_argument("--count", type=int, help="stop after this many messages")
-    consume.add_argument("--timeout", type=float, default=5.0,
+    consume.add_argument("--count", type=_positive_int, help="stop after this many messages")
+    consume.add_argument("--timeout", type=_non_negative_float, default=5.0,
                          help="stop after this many seconds without a message (default 5)")
     consume.add_argument("--no-confirm", action="store_true", help="do not confirm (the broker will redeliver)")
-    consume.add_argument("--output", choices=["jsonl", "raw"], default="jsonl")
-    consume.add_argument("--max-unconfirmed", type=int, default=1000, help=argparse.SUPPRESS)
+    consume.add_argument("--output", choices=["jsonl", "raw"], default="jsonl",
+                         help="jsonl: one JSON object per message (default); raw: the payload bytes exactly, "
+                              "back to back (e.g. --count 1 to save one message as a file)")
+    consume.add_argument("--max-unconfirmed", type=_positive_int, default=1000, help=argparse.SUPPRESS)
     consume.set_defaults(func=cmd_consume)
 
     bench = client_command("bench", "measure producer→broker→consumer throughput and latency")
     bench.add_argument("--uri", default=DEFAULT_URI, help=f"queue to use (default {DEFAULT_URI})")
-    bench.add_argument("--size", type=int, default=100, help="payload bytes (default 100, minimum 8)")
-    bench.add_argument("--count", type=int, default=100_000, help="messages (default 100000)")
-    bench.add_argument("--producers", type=int, default=1)
-    bench.add_argument("--consumers", type=int, default=1)
-    bench.add_argument("--batch", type=int, default=1000, help="messages per post_many call (default 1000)")
-    bench.add_argument("--timeout", type=float, default=120.0, help=argparse.SUPPRESS)
+    bench.add_argument("--size", type=_positive_int, default=100, help="payload bytes (default 100, minimum 8)")
+    bench.add_argument("--count", type=_positive_int, default=100_000, help="messages (default 100000)")
+    bench.add_argument("--producers", type=_positive_int, default=1)
+    bench.add_argument("--consumers", type=_positive_int, default=1)
+    bench.add_argument("--batch", type=_positive_int, default=1000, help="messages per post_many call (default 1000)")
+    bench.add_argument("--timeout", type=_positive_float, default=120.0, help=argparse.SUPPRESS)
     bench.add_argument("--official", action="store_true",
                        help="also run the official blazingmq SDK on the same broker, side by side")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")

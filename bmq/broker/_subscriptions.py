@@ -37,7 +37,7 @@ Properties = Mapping[str, Any]
 _Eval = Callable[[Properties], Optional[bool]]
 
 _TOKEN = re.compile(
-    r"""\s*(?:
+    r"""(?:
         (?P<op>==|!=|<=|>=|<|>|&&|\|\||!|\(|\))
       | (?P<int>-?[0-9]+)
       | (?P<str>"(?:[^"\\]|\\.)*")
@@ -134,20 +134,26 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.tokens: List[Tuple[str, str, int]] = []
-        pos = 0
+        # Whitespace is skipped before matching so that an error names the offending
+        # character's offset, not the offset of the blank that precedes it.
+        pos = _skip_space(text, 0)
         while pos < len(text):
-            if text[pos:].strip() == "":
-                break
             match = _TOKEN.match(text, pos)
-            if match is None or match.end() == pos:
+            if match is None:
                 raise ExpressionError(f"unexpected character at offset {pos} in {text!r}")
             kind = match.lastgroup or ""
-            self.tokens.append((kind, match.group(kind), match.start(kind)))
-            pos = match.end()
+            self.tokens.append((kind, match.group(kind), pos))
+            pos = _skip_space(text, match.end())
         self.index = 0
 
     def _peek(self) -> Optional[Tuple[str, str, int]]:

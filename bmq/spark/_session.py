@@ -14,7 +14,7 @@ import bmq
 
 from ._options import CommonOptions, WriteOptions
 
-__all__ = ["connect", "open_producer", "open_consumer", "probe"]
+__all__ = ["connect", "open_producer", "open_consumer", "probe", "probe_broker"]
 
 _log = logging.getLogger(__name__)
 
@@ -74,3 +74,16 @@ def probe(options: WriteOptions) -> None:
     """
     with open_producer(options):
         _log.debug("blazingmq: %s on %s is writable", options.queue, options.broker)
+
+
+def probe_broker(options: CommonOptions) -> None:
+    """Check on the driver, before Spark starts tasks, that the broker can be reached.
+
+    Readers check no more than this: opening the queue for reading here would make the
+    broker deliver messages to a session that is about to close, and redeliver them.
+
+    Raises:
+        bmq.ConnectionError: the broker cannot be reached (the message names it).
+    """
+    with connect(options):
+        _log.debug("blazingmq: %s is reachable", options.broker)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, SimpleDataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from . import _session
 from ._options import ReadOptions, StreamOptions, WriteOptions
 from ._reader import BlazingMQReader
 from ._schema import check_read_schema, read_schema
@@ -41,14 +42,34 @@ class BlazingMQDataSource(DataSource):
         return read_schema(self.options.get("propertySchema") or "")
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        """A batch reader (see :class:`~bmq.spark._reader.BlazingMQReader`)."""
+        """A batch reader (see :class:`~bmq.spark._reader.BlazingMQReader`); checks the broker first.
+
+        Spark calls this on the driver while it plans the read, so an unreachable broker
+        fails the read there, before any task runs.
+
+        Raises:
+            ValueError: a missing or malformed option.
+            bmq.ConnectionError: the broker cannot be reached.
+        """
         check_read_schema(schema)
-        return BlazingMQReader(ReadOptions.parse(self.options), schema)
+        options = ReadOptions.parse(self.options)
+        _session.probe_broker(options)
+        return BlazingMQReader(options, schema)
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
-        """A streaming reader consuming on the driver (see :class:`~bmq.spark._stream.BlazingMQStreamReader`)."""
+        """A streaming reader consuming on the driver (see :class:`~bmq.spark._stream.BlazingMQStreamReader`).
+
+        Spark calls this on the driver when the query starts; checking the broker here makes
+        an unreachable broker fail the query then, not at its first micro-batch.
+
+        Raises:
+            ValueError: a missing or malformed option.
+            bmq.ConnectionError: the broker cannot be reached.
+        """
         check_read_schema(schema)
-        return BlazingMQStreamReader(StreamOptions.parse(self.options), schema)
+        options = StreamOptions.parse(self.options)
+        _session.probe_broker(options)
+        return BlazingMQStreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> BlazingMQWriter:
         """A batch writer; checks the columns and the broker first."""

@@ -47,6 +47,26 @@ def test_syntax_errors(text: str) -> None:
         Expression(text)
 
 
+@pytest.mark.parametrize(
+    "text, offset",
+    [
+        ("x ~ 5", 2),  # a bad character after a blank: its own offset, not the blank's
+        ("n > 'abc", 4),  # a single quote does not start a string
+        ('n == "abc', 5),  # an unterminated string: the offset of its opening quote
+        ("   @", 3),  # leading blanks
+        ("n == 5 && \t #", 12),  # a tab among the blanks
+        ("n@5", 1),  # no blank at all
+        ("n >>> 5", 3),  # token-level errors name the unexpected token
+        ("n == 5  )", 8),
+        ("(n == 5 x", 8),
+        ("1  ==  2", 0),
+    ],
+)
+def test_syntax_errors_name_the_offending_offset(text: str, offset: int) -> None:
+    with pytest.raises(ExpressionError, match=rf"at offset {offset} in "):
+        Expression(text)
+
+
 def test_empty_expression_matches_everything() -> None:
     assert Expression("  ").matches_all
     assert not Expression("n == 1").matches_all

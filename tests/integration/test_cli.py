@@ -50,14 +50,25 @@ def test_post_then_consume_round_trips_payloads_and_properties(broker):
     assert again.returncode == 0 and again.stdout == b""
 
 
-def test_post_stdin_lines_and_raw_output(broker):
+def test_post_stdin_lines_compressed(broker):
     uri = "bmq://bmq.test.mem.priority/cli-stdin"
     posted = run_cli("post", uri, "--broker", broker.address, "--stdin", "--compression", "zlib",
                      stdin=b"alpha\nbeta\n" + b"g" * 3000 + b"\n")
     assert posted.returncode == 0, posted.stderr.decode()
-    consumed = run_cli("consume", uri, "--broker", broker.address, "--count", "3", "--output", "raw")
+    assert [m.compression for m in broker.queue_messages(uri)] == [0, 0, 1]  # only >= 1 KiB is compressed
+    consumed = run_cli("consume", uri, "--broker", broker.address, "--count", "3")
     assert consumed.returncode == 0, consumed.stderr.decode()
-    assert sorted(consumed.stdout.splitlines()) == sorted([b"alpha", b"beta", b"g" * 3000])
+    assert sorted(json.loads(line)["data"] for line in consumed.stdout.splitlines()) == ["alpha", "beta", "g" * 3000]
+
+
+def test_raw_output_is_the_exact_payload(broker, tmp_path):
+    uri = "bmq://bmq.test.mem.priority/cli-raw"
+    source = tmp_path / "in.bin"
+    source.write_bytes(bytes(range(256)) * 16 + b"\n")
+    assert run_cli("post", uri, "--broker", broker.address, "--file", str(source)).returncode == 0
+    consumed = run_cli("consume", uri, "--broker", broker.address, "--count", "1", "--output", "raw")
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    assert consumed.stdout == source.read_bytes()
 
 
 def test_bench_writes_json_with_documented_keys(tmp_path):
@@ -92,6 +103,22 @@ def test_unreachable_broker_is_a_one_line_error_with_exit_code_2():
     lines = result.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and str(port) in lines[0]
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("argv", [
+    ["post", "bmq://bmq.test.mem.priority/x", "--timeout", "-1"],
+    ["post", "bmq://bmq.test.mem.priority/x", "--timeout", "0"],
+    ["post", "bmq://bmq.test.mem.priority/x", "--rate", "-5"],
+    ["post", "bmq://bmq.test.mem.priority/x", "--count", "0"],
+    ["consume", "bmq://bmq.test.mem.priority/x", "--count", "-3"],
+    ["bench", "--size", "70000000"],
+    ["bench", "--size", "4"],
+])
+def test_nonsensical_numbers_are_one_line_errors_before_anything_is_sent(argv):
+    result = run_cli(*argv, "--broker", "tcp://127.0.0.1:1")
+    assert result.returncode == 2
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0] and "Traceback" not in lines[0], lines
 
 
 def test_bad_property_is_rejected_before_connecting():

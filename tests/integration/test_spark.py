@@ -155,22 +155,63 @@ def test_wrong_column_type_fails_before_sending(spark: SparkSession, broker: Bro
     assert broker.queue_messages(uri) == []
 
 
-def test_unreachable_broker_is_named(spark: SparkSession) -> None:
+@pytest.fixture()
+def unreachable() -> Iterator[str]:
+    """The address of a port bound but not listening: connecting to it is refused at once."""
     import socket
 
-    with socket.socket() as placeholder:  # a port nobody listens on
+    with socket.socket() as placeholder:
         placeholder.bind(("127.0.0.1", 0))
-        address = f"tcp://127.0.0.1:{placeholder.getsockname()[1]}"
-        df = spark.range(3).select(F.lit("x").alias("data"))
-        with pytest.raises(Exception, match="cannot reach the broker at " + address):
-            (
-                df.write.format("blazingmq")
-                .option("broker", address)
-                .option("queue", new_queue("nobroker"))
-                .option("connectTimeout", "2")
-                .mode("append")
-                .save()
-            )
+        yield f"tcp://127.0.0.1:{placeholder.getsockname()[1]}"
+
+
+def assert_failed_on_the_driver(error: BaseException, address: str) -> None:
+    """The documented message, raised while Spark planned on the driver, not from a task."""
+    text = str(error)
+    assert f"blazingmq: cannot reach the broker at {address}" in text
+    assert "PythonException" not in type(error).__name__
+    assert "Python worker" not in text
+
+
+def test_unreachable_broker_is_named(spark: SparkSession, unreachable: str) -> None:
+    df = spark.range(3).select(F.lit("x").alias("data"))
+    with pytest.raises(Exception) as failed:
+        (
+            df.write.format("blazingmq")
+            .option("broker", unreachable)
+            .option("queue", new_queue("nobroker"))
+            .option("connectTimeout", "2")
+            .mode("append")
+            .save()
+        )
+    assert_failed_on_the_driver(failed.value, unreachable)
+
+
+def test_batch_read_of_an_unreachable_broker_fails_on_the_driver(spark: SparkSession, unreachable: str) -> None:
+    reader = (
+        spark.read.format("blazingmq")
+        .option("broker", unreachable)
+        .option("queue", new_queue("nobroker"))
+        .option("idleTimeout", "1")
+    )
+    with pytest.raises(Exception) as failed:
+        reader.load().collect()
+    assert_failed_on_the_driver(failed.value, unreachable)
+
+
+def test_stream_of_an_unreachable_broker_fails_when_the_query_starts(
+    spark: SparkSession, unreachable: str, tmp_path: Path
+) -> None:
+    stream = spark.readStream.format("blazingmq").option("broker", unreachable).option("queue", new_queue("nobroker"))
+    query = stream.load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start()
+    try:
+        with pytest.raises(Exception) as failed:
+            query.awaitTermination(timeout=60)
+    finally:
+        query.stop()
+    assert "initialize source" in str(failed.value)  # the source's set-up, before any micro-batch
+    assert query.lastProgress is None
+    assert_failed_on_the_driver(failed.value, unreachable)
 
 
 # ---- batch read -----------------------------------------------------------------------------------

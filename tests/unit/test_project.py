@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+import threading
+
+from bmq import _bench
 from bmq.cli import CommandError, build_parser, parse_property
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,3 +58,19 @@ def test_every_client_command_takes_broker():
     for argv in (["post", "bmq://d/q"], ["consume", "bmq://d/q"], ["bench"]):
         args = parser.parse_args([*argv, "--broker", "tcp://h:1"])
         assert args.broker == "tcp://h:1"
+
+
+def test_bench_worker_failure_wakes_the_run_and_is_reraised():
+    collector = _bench._Collector(expected=10, start_ns=0)
+    workers = _bench._Workers(collector)
+    started = threading.Event()
+
+    def fail() -> None:
+        started.set()
+        raise RuntimeError("producer died")
+
+    workers.start("t", fail)
+    workers.join(5)
+    assert started.is_set() and collector.done.is_set()  # a waiting run is woken, not left hanging
+    with pytest.raises(RuntimeError, match="producer died"):
+        workers.raise_if_failed()
