@@ -24,10 +24,12 @@ Confirms are never buffered: while reconnecting they are dropped and the broker 
 import logging
 
 from . import events, exceptions
+from ._codec import MAX_PAYLOAD_SIZE, deterministic_guid
 from ._health import HostHealthMonitor, ManualHostHealthMonitor
 from ._options import QueueOptions, ReconnectPolicy, SessionOptions
 from ._queue import Queue
 from ._session import Session
+from ._uri import QueueUri, parse_uri
 from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, PropertyType
 from .exceptions import *  # noqa: F401,F403
 
@@ -47,6 +49,10 @@ __all__ = [
     "ReconnectPolicy",
     "HostHealthMonitor",
     "ManualHostHealthMonitor",
+    "QueueUri",
+    "parse_uri",
+    "deterministic_guid",
+    "MAX_PAYLOAD_SIZE",
     "events",
     "exceptions",
     "__version__",

@@ -69,7 +69,7 @@ def make_payload(size: int) -> bytearray:
     Raises:
         ValueError: ``size`` is below 8 bytes or above the protocol's 64 MiB payload limit.
     """
-    from ._codec import MAX_PAYLOAD_SIZE
+    from . import MAX_PAYLOAD_SIZE
 
     if not MIN_PAYLOAD_SIZE <= size <= MAX_PAYLOAD_SIZE:
         raise ValueError(f"--size must be between {MIN_PAYLOAD_SIZE} (the latency timestamp) and "

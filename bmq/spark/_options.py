@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Optional, Tuple, TypeVar
 
-from bmq._uri import parse_uri
+import bmq
 
 __all__ = ["DEFAULT_BROKER", "CommonOptions", "WriteOptions", "ReadOptions", "StreamOptions"]
 
@@ -64,7 +64,7 @@ def _queue(options: Mapping[str, str]) -> str:
         raise ValueError(
             "blazingmq: the 'queue' option is required, e.g. .option('queue', 'bmq://bmq.test.mem.priority/q')"
         )
-    parse_uri(uri)  # raises bmq.InvalidURIError naming the faulty part
+    bmq.parse_uri(uri)  # raises bmq.InvalidURIError naming the faulty part
     return uri
 
 

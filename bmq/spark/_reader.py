@@ -16,7 +16,7 @@ from typing import Any, Iterator, List, Tuple
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from bmq._codec import MAX_PAYLOAD_SIZE
+import bmq
 
 from . import _session
 from ._options import ReadOptions
@@ -56,7 +56,7 @@ class BlazingMQReader(DataSourceReader):
         options = self._options
         make_row = message_row_factory(self._schema)
         # Nothing is confirmed before the end, so the whole share may be unconfirmed at once.
-        session, queue = _session.open_consumer(options, max_messages=share, max_bytes=share * MAX_PAYLOAD_SIZE)
+        session, queue = _session.open_consumer(options, max_messages=share, max_bytes=share * bmq.MAX_PAYLOAD_SIZE)
         try:
             taken: List[Any] = []
             deadline = time.monotonic() + options.idle_timeout

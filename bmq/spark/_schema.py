@@ -26,7 +26,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from bmq import _codec
+import bmq
 
 __all__ = [
     "DATA_COLUMN",
@@ -44,13 +44,13 @@ PROPERTIES_COLUMN = "properties"
 # Spark type (by class) -> property type on the wire (FACTS §6.2). ByteType is a signed
 # 8-bit integer, exactly the range of CHAR.
 _PROPERTY_TYPES: Dict[type, int] = {
-    BooleanType: _codec.PROPERTY_BOOL,
-    ByteType: _codec.PROPERTY_CHAR,
-    ShortType: _codec.PROPERTY_SHORT,
-    IntegerType: _codec.PROPERTY_INT32,
-    LongType: _codec.PROPERTY_INT64,
-    StringType: _codec.PROPERTY_STRING,
-    BinaryType: _codec.PROPERTY_BINARY,
+    BooleanType: bmq.PropertyType.BOOL,
+    ByteType: bmq.PropertyType.CHAR,
+    ShortType: bmq.PropertyType.SHORT,
+    IntegerType: bmq.PropertyType.INT32,
+    LongType: bmq.PropertyType.INT64,
+    StringType: bmq.PropertyType.STRING,
+    BinaryType: bmq.PropertyType.BINARY,
 }
 _SUPPORTED = "boolean, byte, short, int, bigint, string or binary"
 

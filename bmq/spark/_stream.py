@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from bmq._codec import MAX_PAYLOAD_SIZE
+import bmq
 
 from . import _session
 from ._options import StreamOptions
@@ -172,7 +172,7 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader):
                 self._options,
                 max_messages=2 * self._options.max_messages_per_batch,
                 # A batch may end one message past its byte budget.
-                max_bytes=2 * (limit + MAX_PAYLOAD_SIZE),
+                max_bytes=2 * (limit + bmq.MAX_PAYLOAD_SIZE),
             )
         queue = self._connection[1]
         message = queue.get(timeout=self._options.poll_timeout)

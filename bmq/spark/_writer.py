@@ -20,8 +20,6 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 import bmq
-from bmq import _codec
-from bmq._codec import deterministic_guid
 
 from . import _session
 from ._options import WriteOptions
@@ -56,12 +54,12 @@ class PartitionCommit(WriterCommitMessage):
 
 
 def _guids(prefix: bytes, first: int, count: int) -> bytes:
-    return b"".join(deterministic_guid(prefix + index.to_bytes(8, "big")) for index in range(first, first + count))
+    return b"".join(bmq.deterministic_guid(prefix + index.to_bytes(8, "big")) for index in range(first, first + count))
 
 
 # Property types the client infers right from the Python value (bool, an int that fits 32 bits,
 # str, bytes); the others must be named in ``property_types``.
-_INFERRED = frozenset((_codec.PROPERTY_BOOL, _codec.PROPERTY_INT32, _codec.PROPERTY_STRING, _codec.PROPERTY_BINARY))
+_INFERRED = frozenset((bmq.PropertyType.BOOL, bmq.PropertyType.INT32, bmq.PropertyType.STRING, bmq.PropertyType.BINARY))
 
 
 # (row indexes, their property values, the property_types of their post_many call)
@@ -117,7 +115,7 @@ class _PartitionPoster:
         if keys is None:
             guids = _guids(self._position_prefix, self.posted, count)
         else:
-            guids = b"".join(deterministic_guid(self._key_prefix + key) for key in keys)
+            guids = b"".join(bmq.deterministic_guid(self._key_prefix + key) for key in keys)
         payloads = self._layout.payloads(batch)
         properties = self._layout.properties(batch)
         futures: List[Future] = []
