@@ -238,12 +238,18 @@ def _typed(data_type: DataType) -> Callable[[Any], Any]:
         return lambda value: value.encode() if isinstance(value, str) else bytes(value)
     if isinstance(data_type, BooleanType):
         return lambda value: value if isinstance(value, bool) else None
-    if isinstance(data_type, (ByteType, ShortType, IntegerType, LongType)):
-        return _to_int
+    bits = _INTEGER_BITS.get(type(data_type))
+    if bits is not None:
+        return _int_in_range(bits)
     raise TypeError(f"blazingmq: propertySchema column of type {data_type.simpleString()}; use {_SUPPORTED}")
 
 
-def _to_int(value: Any) -> Optional[int]:
+# Width of each integral Spark type: a value outside it must become null, as Arrow would
+# otherwise fail the whole read (and a stream would be stuck on that message forever).
+_INTEGER_BITS: Dict[type, int] = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}
+
+
+def _as_int(value: Any) -> Optional[int]:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -256,6 +262,17 @@ def _to_int(value: Any) -> Optional[int]:
         except ValueError:
             return None
     return None
+
+
+def _int_in_range(bits: int) -> Callable[[Any], Optional[int]]:
+    """A converter to a signed ``bits``-bit integer, None where the value is no integer or too wide."""
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+    def convert(value: Any) -> Optional[int]:
+        number = _as_int(value)
+        return number if number is not None and low <= number <= high else None
+
+    return convert
 
 
 def check_read_schema(schema: StructType) -> None:

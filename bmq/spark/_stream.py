@@ -1,12 +1,13 @@
-"""The streaming reader: one consuming session on the driver, confirms on Spark's commit.
+"""The streaming reader: one consuming session on the driver, confirms what Spark has finished.
 
 Spark runs a :class:`~pyspark.sql.datasource.SimpleDataSourceStreamReader` in one long-lived
-Python process on the driver for the whole query: :meth:`read` plans a micro-batch and
-:meth:`commit` is told when Spark has durably finished one. Both run in that process, so the
-session that received a message is the one that confirms it, as BlazingMQ requires.
+Python process on the driver for the whole query: :meth:`read` plans a micro-batch (Spark
+calls it only once the previous batch has ended) and :meth:`commit` is told when Spark has
+durably finished one. Both run in that process, so the session that received a message is the
+one that confirms it, as BlazingMQ requires.
 
 Offsets are ``{"run": <id of this reader>, "seq": <messages handed out by it>}``. A batch of
-this run is kept (messages and rows) until committed, so :meth:`readBetweenOffsets` replays it
+this run is kept (messages and rows) until confirmed, so :meth:`readBetweenOffsets` replays it
 exactly. A batch of an earlier run (a query restarted from its checkpoint) cannot be replayed:
 its messages were never confirmed, the broker redelivers them to this run's session when the
 old one goes away, and they come back in a later batch (at-least-once).
@@ -22,6 +23,11 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.types import StructType
+
+try:
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pyspark < 4.2 asks the source nothing and runs AvailableNow as one batch
+    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 import bmq
 
@@ -46,14 +52,16 @@ class _Batch:
     rows: List[Tuple[Any, ...]]
 
 
-class BlazingMQStreamReader(SimpleDataSourceStreamReader):
+class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
     """Reader of ``spark.readStream.format("blazingmq")``: at-least-once delivery.
 
     Each micro-batch takes up to ``maxMessagesPerBatch`` messages (and about
     ``maxBytesPerBatch`` payload bytes) that are already waiting, after waiting at most
-    ``pollTimeout`` seconds for the first. Messages are confirmed only in :meth:`commit`.
-    Spark commits batch N while it plans batch N+1, so the consumer's unconfirmed limits are
-    set to two batches: one waiting for its commit and the one being planned.
+    ``pollTimeout`` seconds for the first. Messages are confirmed once Spark has finished
+    their batch: in :meth:`commit`, or in the next :meth:`read`, which Spark calls at every
+    trigger once the previous batch has ended (so a run's last batch is confirmed too). The
+    consumer's unconfirmed limits are two batches, so that the next batch is already
+    delivered while one is processed.
 
     Spark constructs the reader in several processes (planning workers, executors); only the
     driver-side streaming process calls :meth:`read`, which connects lazily.
@@ -71,6 +79,8 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader):
         self._make_row: Optional[Callable[[Any, datetime.datetime], Tuple[Any, ...]]] = None
         self._seq = 0
         self._batches: List[_Batch] = []
+        self._available_now = False
+        self._caught_up = False
 
     def __getstate__(self) -> Dict[str, Any]:
         # Spark pickles the reader into executor tasks (for replays it cannot serve from the
@@ -80,26 +90,50 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader):
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(state["options"], state["schema"])  # type: ignore[misc]
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Make this run end once it has caught up with the queue (Trigger.AvailableNow).
+
+        A queue has no end offset to record: "available now" is every message that arrived
+        before the first micro-batch that emptied the queue. After it, :meth:`read` plans no
+        more batches, and its next call confirms that last batch (Spark asks for another batch
+        only once the previous one has ended), so the run leaves nothing unconfirmed.
+        """
+        with self._lock:
+            self._available_now = True
+
     def initialOffset(self) -> Offset:
         """The offset before the first message of a new query."""
         return self._offset(0)
 
     def read(self, start: Offset) -> Tuple[Iterator[Tuple[Any, ...]], Offset]:
-        """Take the next micro-batch of waiting messages.
+        """Confirm the batches Spark has finished, then take the next micro-batch of waiting messages.
+
+        Spark plans a batch only after the previous one has ended (its sink done and the end
+        recorded in the commit log), so everything up to ``start`` can be confirmed here: the
+        last batch of a run is then confirmed even though Spark only commits a batch when it
+        plans the next one with data.
 
         Returns:
-            The rows and the end offset; ``start`` itself when no message came.
+            The rows and the end offset; ``start`` itself when no message came (or an
+            AvailableNow run has caught up with the queue).
 
         Raises:
             bmq.ConnectionError: the broker cannot be reached.
             bmq.BrokerError: the broker refused to open the queue.
         """
         with self._lock:
-            if self._mine(start) and start["seq"] != self._seq:
-                # Spark plans from the last end offset it was given; anything else means
-                # it lost track of a batch, whose messages must not be skipped silently.
-                raise RuntimeError(f"blazingmq: asked to read from {start}, but this reader is at seq {self._seq}")
-            messages = self._take()
+            if self._mine(start):
+                if start["seq"] != self._seq:
+                    # Spark plans from the last end offset it was given; anything else means
+                    # it lost track of a batch, whose messages must not be skipped silently.
+                    raise RuntimeError(
+                        f"blazingmq: asked to read from {start}, but this reader is at seq {self._seq}"
+                    )
+                self._confirm_through(self._seq)
+            if self._caught_up:
+                return iter(()), start
+            messages, emptied = self._take()
+            self._caught_up = self._available_now and emptied
             if not messages:
                 return iter(()), start
             if self._make_row is None:
@@ -140,16 +174,8 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader):
         An offset of an earlier run is ignored (that run's session is gone).
         """
         with self._lock:
-            if not self._mine(end) or self._connection is None:
-                return
-            done = [batch for batch in self._batches if batch.end_seq <= end["seq"]]
-            if not done:
-                return
-            session = self._connection[0]
-            session.confirm_many([message for batch in done for message in batch.messages])
-            self._batches = [batch for batch in self._batches if batch.end_seq > end["seq"]]
-            if _log.isEnabledFor(logging.DEBUG):
-                _log.debug("blazingmq: confirmed up to seq %d of %s", end["seq"], self._options.queue)
+            if self._mine(end):
+                self._confirm_through(end["seq"])
 
     def stop(self) -> None:
         """Close the session; unconfirmed messages go back to the broker for redelivery."""
@@ -165,7 +191,17 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader):
     def _mine(self, offset: Optional[Offset]) -> bool:
         return bool(offset) and offset.get("run") == self._run
 
-    def _take(self) -> List[Any]:
+    def _confirm_through(self, seq: int) -> None:
+        done = [batch for batch in self._batches if batch.end_seq <= seq]
+        if not done or self._connection is None:
+            return
+        self._connection[0].confirm_many([message for batch in done for message in batch.messages])
+        self._batches = [batch for batch in self._batches if batch.end_seq > seq]
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("blazingmq: confirmed up to seq %d of %s", seq, self._options.queue)
+
+    def _take(self) -> Tuple[List[Any], bool]:
+        """The next batch's messages, and whether taking them left no message waiting."""
         if self._connection is None:
             limit = self._options.max_bytes_per_batch
             self._connection = _session.open_consumer(
@@ -182,6 +218,6 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader):
             messages.append(message)
             size += len(message.data)
             if len(messages) >= self._options.max_messages_per_batch or size >= self._options.max_bytes_per_batch:
-                break
+                return messages, False
             message = queue.get(timeout=0)
-        return messages
+        return messages, True

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import uuid
 from concurrent.futures import Future
-from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Optional, Set, Tuple
 
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -99,25 +99,37 @@ class _PartitionPoster:
         self._key_prefix = options.queue.encode() + b"\0"
         self._in_flight: Deque[List[Future]] = collections.deque()
         self._failed: List[Any] = []
+        # GUIDs of keyed rows posted by this task: a repeated key is one message (the first),
+        # and the client refuses a GUID repeated within a post or still waiting for its ACK.
+        self._keyed: Set[bytes] = set()
         self.posted = 0
+        self.duplicates = 0
 
     def post(self, batch: Any) -> None:
         """Post every row of ``batch``; waits for the oldest batch's ACKs when too many are in flight.
+
+        With a ``guidColumn``, a row whose key this task already posted is dropped.
 
         Raises:
             ValueError: a null payload or GUID key.
             bmq.Error: the client failed to post.
         """
-        count = batch.num_rows
-        if count == 0:
+        if batch.num_rows == 0:
             return
-        keys = self._layout.guid_keys(batch)
-        if keys is None:
-            guids = _guids(self._position_prefix, self.posted, count)
-        else:
-            guids = b"".join(bmq.deterministic_guid(self._key_prefix + key) for key in keys)
         payloads = self._layout.payloads(batch)
         properties = self._layout.properties(batch)
+        keys = self._layout.guid_keys(batch)
+        if keys is None:
+            # No row is dropped here, so ``posted`` is the partition's index of the first row.
+            guids = _guids(self._position_prefix, self.posted, len(payloads))
+        else:
+            kept, guids = self._first_occurrences(keys)
+            if len(kept) < len(payloads):
+                self.duplicates += len(payloads) - len(kept)
+                payloads = [payloads[row] for row in kept]
+                properties = None if properties is None else [properties[row] for row in kept]
+            if not payloads:
+                return
         futures: List[Future] = []
         if properties is None:
             futures = self._queue.post_many_async(payloads, guids=guids)
@@ -129,10 +141,22 @@ class _PartitionPoster:
                     property_types=types,
                     guids=b"".join(guids[16 * row : 16 * row + 16] for row in rows),
                 )
-        self.posted += count
+        self.posted += len(payloads)
         self._in_flight.append(futures)
         if len(self._in_flight) > _MAX_BATCHES_IN_FLIGHT:
             self._collect(self._in_flight.popleft())
+
+    def _first_occurrences(self, keys: List[bytes]) -> Tuple[List[int], bytes]:
+        """The indexes of the rows whose key is new to this task, and their GUIDs."""
+        rows: List[int] = []
+        guids: List[bytes] = []
+        for row, key in enumerate(keys):
+            guid = bmq.deterministic_guid(self._key_prefix + key)
+            if guid not in self._keyed:
+                self._keyed.add(guid)
+                rows.append(row)
+                guids.append(guid)
+        return rows, b"".join(guids)
 
     def finish(self) -> None:
         """Wait for every outstanding ACK.
@@ -168,7 +192,13 @@ def _write_partition(
         for batch in batches:
             poster.post(batch)
         poster.finish()
-    _log.info("blazingmq: partition %d (attempt %d) posted %d messages", partition, attempt, poster.posted)
+    _log.info(
+        "blazingmq: partition %d (attempt %d) posted %d messages (%d rows dropped for a repeated guidColumn key)",
+        partition,
+        attempt,
+        poster.posted,
+        poster.duplicates,
+    )
     return PartitionCommit(partition, attempt, poster.posted)
 
 

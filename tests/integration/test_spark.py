@@ -142,6 +142,14 @@ def test_retried_task_duplicates_are_removed_by_the_broker(spark: SparkSession, 
     assert set(payloads) == {f"r{i}".encode() for i in range(4_000)}
 
 
+def test_repeated_guid_column_keys_are_one_message(spark: SparkSession, broker: Broker) -> None:
+    uri = new_queue("dupkeys")
+    rows = [("a", "k1"), ("b", "k1"), ("c", "k2"), ("d", "k2"), ("e", "k3")]
+    df = spark.createDataFrame(rows, "data string, key string").coalesce(1)
+    write(df, broker, uri, guidColumn="key")
+    assert sorted(message.payload for message in broker.queue_messages(uri)) == [b"a", b"c", b"e"]
+
+
 # ---- errors before any data is sent -----------------------------------------------------------
 
 
@@ -302,6 +310,35 @@ def test_stream_moves_20k_messages_and_loses_none_across_a_failure(
     # for the next run (at-least-once), never more than the last uncommitted batches.
     assert len(broker.queue_messages(source)) <= 2 * 2_000
 
+
+
+def test_available_now_stream_confirms_every_batch_and_stops(spark: SparkSession, broker: Broker) -> None:
+    uri = new_queue("available-now")
+    post(broker, uri, [f"a{i}".encode() for i in range(25)])
+    name = f"available_now_{uuid.uuid4().hex[:8]}"
+    query = (
+        spark.readStream.format("blazingmq")
+        .option("broker", broker.address)
+        .option("queue", uri)
+        .option("maxMessagesPerBatch", "10")
+        .option("pollTimeout", "0.2")
+        .load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(timeout=60)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert sorted(row.data for row in spark.sql(f"select data from {name}").collect()) == sorted(
+        f"a{i}".encode() for i in range(25)
+    )
+    assert [progress["numInputRows"] for progress in query.recentProgress if progress["numInputRows"]] == [10, 10, 5]
+    # The last batch too was confirmed (the CONFIRMs may still be on their way to the broker).
+    assert broker.wait_for(lambda: broker.queue_messages(uri) == [], timeout=30)
 
 
 # ---- the example -------------------------------------------------------------------------------

@@ -18,10 +18,12 @@ try:
     import pyarrow as pa
     from pyspark.sql.types import (
         BinaryType,
+        ByteType,
         DoubleType,
         IntegerType,
         LongType,
         MapType,
+        ShortType,
         StringType,
         StructField,
         StructType,
@@ -199,13 +201,20 @@ def test_write_layout_rejects_wrong_columns(schema: StructType, columns: List[st
 
 
 class FakeProducerQueue:
+    """Acknowledges at once; refuses a repeated GUID as the client refuses one still in flight."""
+
     def __init__(self, nack: bool = False):
         self.posts: List[tuple] = []
         self.nack = nack
+        self.guids: set = set()
 
     def post_many_async(
         self, payloads: List[bytes], properties: Any = None, *, property_types: Any = None, guids: bytes = b""
     ) -> List[Future]:
+        chunks = [guids[i : i + 16] for i in range(0, len(guids), 16)]
+        if len(chunks) != len(payloads) or self.guids.intersection(chunks) or len(set(chunks)) != len(chunks):
+            raise bmq.InvalidArgumentError("the same GUID appears twice")
+        self.guids.update(chunks)
         self.posts.append((payloads, properties, guids))
         futures = []
         for index in range(len(payloads)):
@@ -246,6 +255,24 @@ def test_guid_column_keys_guids_independently_of_position() -> None:
     forward = _post(["a", "b", "c"], b"w", 0, FakeProducerQueue(), guid_column="key")
     backward = _post(["c", "b", "a"], b"w", 7, FakeProducerQueue(), guid_column="key")
     assert [forward[i : i + 16] for i in (0, 16, 32)] == [backward[i : i + 16] for i in (32, 16, 0)]
+
+
+def test_repeated_guid_column_keys_post_the_first_row_once() -> None:
+    schema = StructType(
+        [StructField("data", StringType()), StructField("key", StringType()), StructField("n", LongType())]
+    )
+    options = WriteOptions.parse({"queue": QUEUE, "propertyColumns": "n"})
+    queue = FakeProducerQueue()
+    poster = _writer._PartitionPoster(queue, _schema.WriteLayout.of(schema, ["n"], "key"), options, b"w", 0)
+    # Repeats within one Arrow batch, across batches, and a batch made only of repeats.
+    for data, keys in ((["a", "b", "c"], ["k1", "k1", "k2"]), (["d", "e"], ["k2", "k3"]), (["f"], ["k1"])):
+        poster.post(pa.record_batch({"data": data, "key": keys, "n": list(range(len(data)))}))
+    poster.finish()
+    assert [payload for payloads, _, _ in queue.posts for payload in payloads] == [b"a", b"c", b"e"]
+    assert [props for _, values, _ in queue.posts for props in values] == [{"n": 0}, {"n": 2}, {"n": 1}]
+    assert (poster.posted, poster.duplicates) == (3, 3)
+    keyed = b"".join(guids for _, _, guids in queue.posts)
+    assert keyed == b"".join(bmq.deterministic_guid(QUEUE.encode() + b"\0" + k) for k in (b"k1", b"k2", b"k3"))
 
 
 def test_rows_are_grouped_by_the_type_overrides_they_need() -> None:
@@ -290,6 +317,28 @@ def test_read_schema_and_typed_property_columns() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "data_type, low, high",
+    [
+        (ByteType(), -(2**7), 2**7 - 1),
+        (ShortType(), -(2**15), 2**15 - 1),
+        (IntegerType(), -(2**31), 2**31 - 1),
+        (LongType(), -(2**63), 2**63 - 1),
+    ],
+)
+def test_typed_integer_column_is_null_where_the_value_does_not_fit(data_type: Any, low: int, high: int) -> None:
+    make = _schema.message_row_factory(read_struct(StructField("n", data_type)))
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def typed(value: Any) -> Any:
+        return make(FakeMessage(0, {"n": value}), now)[-1]
+
+    assert [typed(low), typed(high), typed(str(high)), typed(b"\x80")] == [low, high, high, -128]
+    too_wide = [low - 1, high + 1, str(high + 1), 2**40 if high < 2**40 else 2**64]
+    assert [typed(value) for value in too_wide] == [None] * 4
+    assert [typed(True), typed("x"), typed(b"ab")] == [None] * 3
+
+
 def test_read_schema_rejects_a_clash_and_a_foreign_schema() -> None:
     with pytest.raises(ValueError, match="clashes"):
         _schema.read_schema("guid STRING")
@@ -300,30 +349,65 @@ def test_read_schema_rejects_a_clash_and_a_foreign_schema() -> None:
 # ---- stream reader: offsets, replay, commit -------------------------------------------------
 
 
-def test_stream_reader_batches_replays_and_confirms_only_on_commit(consumer: FakeConsumer) -> None:
+def payloads(messages: List[FakeMessage]) -> List[bytes]:
+    return [m.data for m in messages]
+
+
+def test_stream_reader_batches_replays_and_confirms_finished_batches(consumer: FakeConsumer) -> None:
     reader = stream_reader(per_batch=10)
     start = reader.initialOffset()
     rows1, end1 = reader.read(start)
     rows1 = list(rows1)
+    assert [r[0] for r in rows1] == [f"m{i}".encode() for i in range(10)]
+    assert consumer.confirmed == []
+    # Exact replay of the uncommitted batch.
+    assert list(reader.readBetweenOffsets(start, end1)) == rows1
+    assert list(reader.readBetweenOffsets(start, end1)) == rows1
+    reader.commit(end1)
+    assert payloads(consumer.confirmed) == [f"m{i}".encode() for i in range(10)]
     rows2, end2 = reader.read(end1)
     rows2 = list(rows2)
-    assert [r[0] for r in rows1] == [f"m{i}".encode() for i in range(10)]
     assert [r[0] for r in rows2] == [f"m{i}".encode() for i in range(10, 20)]
-    assert consumer.confirmed == []
-    # Exact replay of uncommitted batches, singly and together.
-    assert list(reader.readBetweenOffsets(start, end1)) == rows1
     assert list(reader.readBetweenOffsets(end1, end2)) == rows2
-    assert list(reader.readBetweenOffsets(start, end2)) == rows1 + rows2
-    reader.commit(end1)
-    assert [m.data for m in consumer.confirmed] == [f"m{i}".encode() for i in range(10)]
-    assert list(reader.readBetweenOffsets(end1, end2)) == rows2
-    reader.commit(end2)
-    assert len(consumer.confirmed) == 20
+    assert len(consumer.confirmed) == 10
+    # Spark asks for the next batch only once this one has ended: asking confirms it, even
+    # without a commit (Spark commits a batch only when it plans the next one with data).
     rows3, end3 = reader.read(end2)
-    assert len(list(rows3)) == 5
+    assert len(consumer.confirmed) == 20 and len(list(rows3)) == 5
+    reader.commit(end2)  # a late commit confirms nothing twice
+    assert len(consumer.confirmed) == 20
     # An empty queue gives back the start offset: Spark plans no batch.
     rows4, end4 = reader.read(end3)
     assert list(rows4) == [] and end4 == end3
+    assert payloads(consumer.confirmed) == [f"m{i}".encode() for i in range(25)]
+
+
+def test_stream_reader_available_now_stops_once_the_queue_is_emptied(consumer: FakeConsumer) -> None:
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    reader = stream_reader(per_batch=10)
+    assert isinstance(reader, SupportsTriggerAvailableNow)
+    reader.prepareForTriggerAvailableNow()
+    offset = reader.initialOffset()
+    sizes = []
+    for _ in range(3):
+        rows, offset = reader.read(offset)
+        sizes.append(len(list(rows)))
+    assert sizes == [10, 10, 5]
+    consumer.waiting.append(FakeMessage(99))  # arrived after the run caught up with the queue
+    rows, end = reader.read(offset)
+    assert list(rows) == [] and end == offset  # Spark ends the run ...
+    assert len(consumer.confirmed) == 25  # ... with every batch confirmed
+    assert payloads(consumer.waiting) == [b"m99"]
+
+
+def test_stream_reader_without_available_now_keeps_reading(consumer: FakeConsumer) -> None:
+    reader = stream_reader(per_batch=30)
+    rows, offset = reader.read(reader.initialOffset())
+    assert len(list(rows)) == 25  # emptied the queue
+    consumer.waiting.append(FakeMessage(99))
+    rows, _ = reader.read(offset)
+    assert [r[0] for r in rows] == [b"m99"]
 
 
 def test_stream_reader_ignores_offsets_of_an_earlier_run(consumer: FakeConsumer) -> None:
