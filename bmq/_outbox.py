@@ -292,7 +292,7 @@ class Outbox:
     Raises:
         ValueError: unknown ``fsync`` policy or a non-positive ``segment_bytes``.
         OutboxLockedError: another open Outbox holds the directory.
-        OSError: the directory cannot be created or read.
+        OutboxError: the directory cannot be created, locked or read (names it and the OS reason).
 
     Thread-safety: every method may be called from any thread. One lock serialises them (file
     writes and fsyncs included); :meth:`append` encodes and compresses before taking it, so
@@ -319,13 +319,19 @@ class Outbox:
         # What remove() changed and left to the OS (under "batch") until close() syncs it.
         self._unsynced_tombstones: Set[int] = set()
         self._directory_unsynced = False
-        self._directory.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = self._acquire_lock()
         try:
-            self._load()
-        except BaseException:
-            self._release()
-            raise
+            self._directory.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = self._acquire_lock()
+            try:
+                self._load()
+            except BaseException:
+                self._release()
+                raise
+        except OSError as e:
+            # The raw OSError names a parent or a file inside; say which outbox_dir is unusable.
+            reason = e.strerror or str(e)
+            where = f" ({e.filename})" if e.filename is not None and str(e.filename) != str(directory) else ""
+            raise OutboxError(f"cannot use outbox directory {str(directory)!r}: {reason}{where}") from e
         self._closed = False
 
     # -- public API ---------------------------------------------------------------------

@@ -1,13 +1,13 @@
 """Message properties from Python values: type inference and per-call overrides (FACTS §6)."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Set
 
 from . import _codec
 from ._types import PropertyType
 from .exceptions import PropertyError
 
-__all__ = ["encode"]
+__all__ = ["encode", "encode_each"]
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -57,16 +57,49 @@ def encode(
         The padded area (bytes) or None for no/empty properties.
 
     Raises:
-        PropertyError: a name, type or value the protocol cannot carry.
+        PropertyError: a name, type or value the protocol cannot carry, or ``property_types``
+            naming a property that ``properties`` lacks.
     """
-    if not properties:
-        if property_types:
-            raise PropertyError("property_types given without properties")
-        return None
+    _check_typed_names(property_types, properties or {})
+    return _encode(properties, property_types or {}, new_style)
+
+
+def encode_each(
+    items: Sequence[Optional[Mapping[str, Any]]],
+    property_types: Optional[Mapping[str, PropertyType]] = None,
+    new_style: bool = True,
+) -> List[Optional[bytes]]:
+    """One encoded area (or None) per message for per-message properties.
+
+    ``property_types`` applies to the messages that have those names; a message lacking a
+    typed name simply has no such property.
+
+    Raises:
+        PropertyError: as :func:`encode`; ``property_types`` naming a property that no
+            message has (a typo would otherwise be silently ignored).
+    """
     overrides = property_types or {}
-    unknown = set(overrides) - set(properties)
+    if overrides:
+        present: Set[str] = set()
+        for item in items:
+            if item:
+                present.update(item)
+        _check_typed_names(overrides, present)
+    return [_encode(item, overrides, new_style) for item in items]
+
+
+def _check_typed_names(property_types: Optional[Mapping[str, PropertyType]], names: Iterable[Any]) -> None:
+    if not property_types:
+        return
+    unknown = sorted(set(property_types).difference(names), key=str)
     if unknown:
-        raise PropertyError(f"property_types names unknown properties: {sorted(unknown)}", sorted(unknown)[0])
+        raise PropertyError(f"property_types names unknown properties: {unknown}", unknown[0])
+
+
+def _encode(properties: Optional[Mapping[str, Any]], overrides: Mapping[str, PropertyType],
+            new_style: bool) -> Optional[bytes]:
+    if not properties:
+        return None
     typed = {}
     for name, value in properties.items():
         if not isinstance(name, str):

@@ -216,7 +216,9 @@ class Queue:
         Args:
             payloads: the payloads, in order.
             properties: one mapping for every message, or one mapping (or None) per message.
-            property_types: overrides, applied to every message's properties.
+            property_types: ``{name: bmq.PropertyType}`` overriding inferred types, for every
+                message that has the name (one lacking it just has no such property); a name
+                that no message of the call has raises PropertyError.
             compression: as :meth:`post_async`.
             guids: 16 bytes per message, concatenated, to use instead of generated GUIDs (a
                 retried batch with the same GUIDs is de-duplicated by the broker).

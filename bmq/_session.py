@@ -57,7 +57,7 @@ _EVENT_CONTROL = _codec.EVENT_CONTROL
 # Waiting for an ACK blocks a little longer than ack_timeout: the supervisor resolves the
 # future as TIMEOUT at ack_timeout, so the caller sees that rather than a bare TimeoutError.
 _ACK_WAIT_MARGIN = 5.0
-_SUPERVISOR_TICK = 0.1
+_ACK_EXPIRY_TICK = 0.1
 _CONFIRM_CHUNK = 20000
 _EVENT_BACKLOG = 10000
 _session_ids = itertools.count(1)
@@ -88,14 +88,17 @@ def _payload_list(payloads: Sequence[Any], single: bool) -> List[bytes]:
 
 
 class _Request:
-    """A control request waiting for its response (buffered ones survive a reconnect)."""
+    """A control request waiting for its response (buffered ones survive a reconnect).
+    ``queue``: the queue a ConfigureStream is for (its qId must be open before a re-send)."""
 
-    __slots__ = ("future", "data", "buffered")
+    __slots__ = ("future", "data", "buffered", "queue")
 
-    def __init__(self, future: "Future[Dict[str, Any]]", data: bytes, buffered: bool) -> None:
+    def __init__(self, future: "Future[Dict[str, Any]]", data: bytes, buffered: bool,
+                 queue: Optional[Queue] = None) -> None:
         self.future = future
         self.data = data
         self.buffered = buffered
+        self.queue = queue
 
 
 class _Connection:
@@ -149,6 +152,7 @@ class Session:
     Raises:
         ConnectionError: the broker cannot be reached; ClosedByBroker: it refused the session.
         TimeoutError: connect + negotiation took longer than ``connect_timeout``.
+        OutboxError: ``options.outbox_dir`` cannot be used (names it and the OS reason).
 
     Thread-safety: every method may be called from any thread, including from callbacks
     (on_message, on_ack, on_event run on the dispatcher thread and may call any method,
@@ -185,6 +189,13 @@ class Session:
         self._events: Deque[ev.SessionEvent] = collections.deque(maxlen=_EVENT_BACKLOG)
         self._events_ready = threading.Condition(threading.Lock())
         self._stopped = threading.Event()
+        self._outbox: Optional[Outbox] = None
+        self._recovered: Dict[str, List[OutboxRecord]] = {}
+        # Before any thread starts: an unusable outbox_dir (OutboxError) must leave nothing running.
+        if options.outbox_dir is not None:
+            self._outbox = Outbox(options.outbox_dir, fsync=options.outbox_fsync)
+            for item in self._outbox.pending():
+                self._recovered.setdefault(item.queue_uri, []).append(item)
         self._dispatcher = Dispatcher(
             f"bmq-dispatcher-{self._id}",
             options.event_queue_high_watermark,
@@ -192,17 +203,15 @@ class Session:
             self._on_slow_consumer,
         )
         self._host_healthy = True
-        self._outbox: Optional[Outbox] = None
-        self._recovered: Dict[str, List[OutboxRecord]] = {}
-        if options.outbox_dir is not None:
-            self._outbox = Outbox(options.outbox_dir, fsync=options.outbox_fsync)
-            for item in self._outbox.pending():
-                self._recovered.setdefault(item.queue_uri, []).append(item)
         self._puts = PendingPuts(options, self._dispatcher.submit, self._outbox)
         self.outbox_recovered = sum(map(len, self._recovered.values()))
         """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
         GUID) when its queue is opened for writing."""
-        self._supervisor = threading.Thread(target=self._supervise, name=f"bmq-supervisor-{self._id}", daemon=True)
+        self._supervisor = threading.Thread(target=self._guarded, args=(self._supervise,),
+                                            name=f"bmq-supervisor-{self._id}", daemon=True)
+        # Its own thread: ACKs must expire on time even while the supervisor blocks reconnecting.
+        self._ack_timer = threading.Thread(target=self._guarded, args=(self._expire_acks,),
+                                           name=f"bmq-ack-timer-{self._id}", daemon=True)
         self._connecting: Optional[_Connection] = None
         try:
             conn = self._connect(options.connect_timeout)
@@ -218,6 +227,7 @@ class Session:
             raise
         self._puts.restore(conn.transport, conn.new_style_properties, lambda: True)  # type: ignore[arg-type]
         self._supervisor.start()
+        self._ack_timer.start()
         monitor = options.host_health_monitor
         if monitor is not None:
             self._host_healthy = monitor.healthy
@@ -332,22 +342,30 @@ class Session:
             self._emit(ev.Error(f"bad data from the broker, connection dropped: {exc!r}"))
         self._emit(ev.ConnectionLost(str(exc)))
 
-    # ---- supervisor: reconnect, reopen, retransmit, ACK expiry ------------------------
-    def _supervise(self) -> None:
+    # ---- supervisor (reconnect, reopen, retransmit) and ACK timer ----------------------
+    def _guarded(self, loop: Callable[[], None]) -> None:
         try:
-            while True:
-                with self._lock:
-                    if self._state in (_STOPPING, _STOPPED):
-                        return
-                    if self._state != _RECONNECTING:
-                        self._wake.wait(_SUPERVISOR_TICK)
-                    reconnect = self._state == _RECONNECTING
-                if reconnect:
-                    self._reconnect()
-                self._puts.expire()
+            loop()
         except Exception:  # a bug here must not leave callers hanging
-            logger.exception("session supervisor crashed; stopping the session")
+            logger.exception("session thread %s crashed; stopping the session", threading.current_thread().name)
             threading.Thread(target=self.stop, name=f"bmq-stopper-{self._id}", daemon=True).start()
+
+    def _supervise(self) -> None:
+        while True:
+            with self._lock:
+                while self._state not in (_RECONNECTING, _STOPPING, _STOPPED):
+                    self._wake.wait()
+                if self._stopping():
+                    return
+            self._reconnect()
+
+    def _expire_acks(self) -> None:
+        while True:
+            with self._lock:
+                if self._stopping():
+                    return
+                self._wake.wait(_ACK_EXPIRY_TICK)
+            self._puts.expire()
 
     def _stopping(self) -> bool:
         return self._state in (_STOPPING, _STOPPED)
@@ -384,8 +402,14 @@ class Session:
                     self._adopt(conn)
                 except ConnectionLost:
                     continue
-                buffered = [request.data for request in self._requests.values()]
                 to_reopen = [queue for queue in self._queues.values() if queue.state == PENDING]
+                # A configure buffered for a queue being reopened names a qId the new
+                # connection does not know yet: it goes after the reopen (so its options win).
+                reopening = {id(queue) for queue in to_reopen}
+                deferred = [(rid, request) for rid, request in self._requests.items()
+                            if request.queue is not None and id(request.queue) in reopening]
+                buffered = [request.data for request in self._requests.values()
+                            if request.queue is None or id(request.queue) not in reopening]
             logger.warning("reconnected to %s", self.broker)
             self._emit(ev.Reconnected())
             transport = conn.transport
@@ -395,9 +419,15 @@ class Session:
                     transport.send_control(data)
                 for queue in to_reopen:
                     self._reopen(queue)
+                self._resend_configures(deferred, transport)
                 self._puts.restore(transport, conn.new_style_properties, lambda: self._conn is conn)
             except (ConnectionLost, TimeoutError) as e:
                 logger.warning("connection lost again while restoring state: %s", e)
+                if isinstance(e, TimeoutError):
+                    # The broker is slow, it sent no bad data: say so, then start over.
+                    self._emit(ev.Error(f"could not restore the session state after reconnecting to "
+                                        f"{self.broker}: {e}; reconnecting again"))
+                    e = ConnectionLost(f"reconnecting again: {e}")
                 with self._lock:
                     if self._conn is conn:
                         # A timeout, not a failure: close() reports nothing, so run the
@@ -411,6 +441,23 @@ class Session:
                     self._state = _STARTED
             self._emit(ev.StateRestored())
             return
+
+    def _resend_configures(self, deferred: List[Tuple[int, _Request]], transport: Transport) -> None:
+        """Re-send the configures held back until their queues were reopened; those whose
+        queue could not be reopened fail (their caller has not given up waiting yet)."""
+        for rid, request in deferred:
+            queue = request.queue
+            assert queue is not None
+            with self._lock:
+                if self._requests.get(rid) is not request:
+                    continue  # its caller timed out meanwhile
+                reopened = queue.state == OPEN
+                if not reopened:
+                    del self._requests[rid]
+            if reopened:
+                transport.send_control(request.data)
+            else:
+                fail_future(request.future, QueueStateError(f"{queue.uri} could not be reopened: not configured"))
 
     def _reopen(self, queue: Queue) -> None:
         try:
@@ -452,23 +499,37 @@ class Session:
     def next_event(self, timeout: Optional[float] = None) -> Optional[ev.SessionEvent]:
         """The oldest session event not yet returned, or None after ``timeout`` seconds.
 
-        Events are also given to ``on_event``; this queue keeps the last 10,000.
+        Events are also given to ``on_event``; this queue keeps the last 10,000. A stopped
+        session still hands out the events it has left (ending with ``Disconnected``), then
+        raises, like :meth:`bmq.Queue.get` on a closed queue; :meth:`stop` wakes waiters.
+
+        Args:
+            timeout: seconds to wait; None waits until an event arrives or the session stops.
+
+        Raises:
+            SessionClosedError: the session has stopped and no event is left.
 
         Thread-safety: any thread; each event goes to one caller.
         """
         with self._events_ready:
             if not self._events:
-                self._events_ready.wait_for(lambda: bool(self._events), timeout)
-            return self._events.popleft() if self._events else None
+                self._events_ready.wait_for(lambda: bool(self._events) or self._stopped.is_set(), timeout)
+            if self._events:
+                return self._events.popleft()
+        if self._stopped.is_set():
+            raise SessionClosedError(f"session to {self.broker} is stopped and has no event left")
+        return None
 
     # ---- control requests -------------------------------------------------------------
     def _check_running(self) -> None:
         if self._state in (_STOPPING, _STOPPED):
             raise SessionClosedError(f"session to {self.broker} is stopped")
 
-    def _request(self, body: Dict[str, Any], *, buffered: bool, stopping: bool = False) -> "Future[Dict[str, Any]]":
+    def _request(self, body: Dict[str, Any], *, buffered: bool, stopping: bool = False,
+                 queue: Optional[Queue] = None) -> "Future[Dict[str, Any]]":
         """Send a control request; the future gets the response message or a BrokerError.
-        Only ``stopping`` requests (the Disconnect) may be sent by a stopping session."""
+        Only ``stopping`` requests (the Disconnect) may be sent by a stopping session;
+        ``queue``: the queue a ConfigureStream is for."""
         future: "Future[Dict[str, Any]]" = Future()
         with self._lock:
             if not (stopping and self._state == _STOPPING):
@@ -480,7 +541,7 @@ class Session:
             conn = self._conn
             if conn is None and not buffered:
                 raise ConnectionLost(f"not connected to {self.broker}")
-            self._requests[rid] = _Request(future, data, buffered)
+            self._requests[rid] = _Request(future, data, buffered, queue)
         if conn is not None:
             try:
                 conn.transport.send_control(data)  # type: ignore[union-attr]
@@ -489,9 +550,10 @@ class Session:
         return future
 
     def _call(
-        self, body: Dict[str, Any], timeout: float, what: str, *, buffered: bool = True, stopping: bool = False
+        self, body: Dict[str, Any], timeout: float, what: str, *, buffered: bool = True, stopping: bool = False,
+        queue: Optional[Queue] = None,
     ) -> Dict[str, Any]:
-        future = self._request(body, buffered=buffered, stopping=stopping)
+        future = self._request(body, buffered=buffered, stopping=stopping, queue=queue)
         try:
             return future.result(timeout)
         except FutureTimeoutError:
@@ -618,10 +680,11 @@ class Session:
                 self._configure_handle(queue, queue.options, max(0.0, deadline - time.monotonic()),
                                        buffered=buffered, deconfigure=suspend)
             except (BrokerError, TimeoutError):
-                # The broker holds the opened handle: release it (best effort) before failing.
+                # The broker holds the opened handle: release it (best effort) before failing,
+                # within what is left of the caller's timeout (the close is sent regardless).
                 try:
-                    self._call(self._close_request(queue), self.options.close_queue_timeout, f"close {queue.uri}",
-                               buffered=False)
+                    self._call(self._close_request(queue), max(0.0, deadline - time.monotonic()),
+                               f"close {queue.uri}", buffered=False)
                 except Error as e:
                     logger.info("closing %s after a failed configure failed too: %s", queue.uri, e)
                 raise
@@ -656,7 +719,7 @@ class Session:
         params = self._stream_parameters(queue, options, ids)
         try:
             self._call({"configureStream": {"qId": queue.queue_id, "streamParameters": params}}, timeout,
-                       f"configure {queue.uri}", buffered=buffered)
+                       f"configure {queue.uri}", buffered=buffered, queue=queue)
         except BaseException:
             with self._lock:
                 for sid in ids:
@@ -783,7 +846,7 @@ class Session:
         new_style = self._new_style
         if properties is None or isinstance(properties, Mapping):
             return _properties.encode(properties, property_types, new_style)
-        areas = [_properties.encode(item, property_types, new_style) for item in properties]
+        areas = _properties.encode_each(list(properties), property_types, new_style)
         if len(areas) != count:
             raise InvalidArgumentError(f"{len(areas)} property mappings for {count} payloads")
         return areas
@@ -989,7 +1052,7 @@ class Session:
         self._shutdown(deadline)
 
     def _own_threads(self) -> List[threading.Thread]:
-        threads = [self._dispatcher.thread, self._supervisor]
+        threads = [self._dispatcher.thread, self._supervisor, self._ack_timer]
         conn = self._conn
         if conn is not None and conn.transport is not None:
             threads += [t for t in (conn.transport._reader, conn.transport._writer) if t is not None]
@@ -1021,11 +1084,14 @@ class Session:
             queue._mark_closed()
         self._puts.close()
         current = threading.current_thread()
-        if self._supervisor.is_alive() and self._supervisor is not current:
-            self._supervisor.join(max(0.0, deadline - time.monotonic()))
+        for thread in (self._supervisor, self._ack_timer):
+            if thread.is_alive() and thread is not current:
+                thread.join(max(0.0, deadline - time.monotonic()))
         self._emit(ev.Disconnected())
         self._dispatcher.stop()
         if self._dispatcher.thread is not current:
             self._dispatcher.thread.join(max(0.0, deadline - time.monotonic()))
         self._stopped.set()
+        with self._events_ready:
+            self._events_ready.notify_all()  # next_event() waiters: no event can come any more
         logger.info("session %d to %s stopped", self._id, self.broker)

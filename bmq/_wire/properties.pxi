@@ -40,9 +40,11 @@ cdef bytes _property_value(str name, int ptype, object value):
         if not isinstance(value, str):
             raise PropertyError(f"property {name!r}: STRING needs a str, got {type(value).__name__}", name)
         try:
-            return (<str>value).encode("utf-8", "surrogateescape")
+            # Strict: a lone surrogate would go out as invalid UTF-8, which other clients drop.
+            return (<str>value).encode("utf-8")
         except UnicodeEncodeError as e:
-            raise PropertyError(f"property {name!r}: value is not encodable as UTF-8", name) from e
+            raise PropertyError(f"property {name!r}: value is not valid UTF-8 text ({e.reason} at {e.start})",
+                                name) from e
     if ptype == C_PROPERTY_BINARY:
         if not isinstance(value, (bytes, bytearray, memoryview)):
             raise PropertyError(f"property {name!r}: BINARY needs bytes, got {type(value).__name__}", name)
@@ -82,9 +84,10 @@ def encode_properties(properties, bint new_style=True):
         if len(names) == C_MAX_PROPERTIES:
             raise PropertyError(f"property {name!r}: more than {C_MAX_PROPERTIES} properties", name)
         try:
-            nb = (<str>name).encode("utf-8", "surrogateescape")
+            nb = (<str>name).encode("utf-8")
         except UnicodeEncodeError as e:
-            raise PropertyError(f"property name {name!r} is not encodable as UTF-8", name) from e
+            raise PropertyError(f"property name {name!r} is not valid UTF-8 text ({e.reason} at {e.start})",
+                                name) from e
         if not 1 <= len(nb) <= C_MAX_NAME_LENGTH:
             raise PropertyError(f"property {name!r}: name length {len(nb)} outside 1..{C_MAX_NAME_LENGTH}", name)
         if not isinstance(spec, tuple) or len(spec) != 2:

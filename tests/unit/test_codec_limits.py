@@ -161,14 +161,20 @@ def test_empty_and_non_str_properties():
         codec.encode_properties({1: (codec.PROPERTY_INT32, 1)})
 
 
-def test_non_utf8_string_round_trips_through_surrogateescape():
+def test_non_utf8_string_decodes_leniently_but_is_never_encoded():
     area = codec.encode_properties({"s": (codec.PROPERTY_BINARY, b"\xff")}, True)
     # Re-type the value as STRING on the wire: invalid UTF-8 must still decode.
     patched = bytearray(area)
     patched[6] = (codec.PROPERTY_STRING << 2)
     value = codec.decode_properties(bytes(patched), True)["s"][1]
     assert value == "\udcff"
-    assert codec.encode_properties({"s": (codec.PROPERTY_STRING, value)}) == bytes(patched)
+    # Sending it back would put invalid UTF-8 on the wire, which other clients drop.
+    with pytest.raises(PropertyError, match="'s'") as info:
+        codec.encode_properties({"s": (codec.PROPERTY_STRING, value)})
+    assert info.value.name == "s"
+    with pytest.raises(PropertyError) as info:
+        codec.encode_properties({"n\udc80": (codec.PROPERTY_BOOL, True)})
+    assert info.value.name == "n\udc80"
 
 
 def test_decode_properties_rejects_duplicates():
