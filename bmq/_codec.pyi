@@ -102,8 +102,9 @@ def encode_properties(properties: PropertyMap, new_style: bool = True) -> bytes:
 
     ``new_style`` selects the MESSAGE_PROPERTIES_EX (offset) encoding, else the old
     (length) one. Raises PropertyError naming the property for: empty/too-long names, a
-    value of the wrong Python type or out of range for its type, an oversized value or
-    area, more than 255 properties, an empty mapping."""
+    value of the wrong Python type or out of range for its type, a name or STRING value
+    that is not strict UTF-8 (e.g. a lone surrogate), an oversized value or area, more
+    than 255 properties, an empty mapping."""
 
 def decode_properties(area: Buffer, new_style: bool) -> dict[str, Tuple[int, Any]]:
     """Inverse of :func:`encode_properties` (``area`` may have trailing bytes after the

@@ -209,6 +209,9 @@ class SessionOptions:
             "need 0 <= event_queue_low_watermark < event_queue_high_watermark",
         )
         _require(isinstance(self.user_agent, str), "user_agent must be a str")
+        # "" would silently put the outbox in the current directory.
+        _require(self.outbox_dir is None or str(self.outbox_dir) != "",
+                 "outbox_dir must be a directory path or None, not an empty string")
         _require(self.outbox_fsync in FSYNC_POLICIES,
                  f"outbox_fsync must be one of {', '.join(FSYNC_POLICIES)}, not {self.outbox_fsync!r}")
         _require(self.on_event is None or callable(self.on_event), "on_event must be callable")

@@ -109,3 +109,8 @@ def test_ack_status_has_the_official_members():
     expected = {"SUCCESS", "UNKNOWN", "TIMEOUT", "NOT_CONNECTED", "CANCELED", "NOT_SUPPORTED", "REFUSED",
                 "INVALID_ARGUMENT", "NOT_READY", "LIMIT_BYTES", "LIMIT_MESSAGES", "STORAGE_FAILURE", "UNRECOGNIZED"}
     assert {member.name for member in bmq.AckStatus} == expected
+
+
+def test_empty_outbox_dir_is_refused_rather_than_using_the_working_directory():
+    with pytest.raises(bmq.InvalidArgumentError, match="outbox_dir"):
+        bmq.SessionOptions(outbox_dir="")
