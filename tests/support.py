@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import itertools
 import time
+from typing import List, Type
 
 import bmq
+from bmq import events
 
 _names = itertools.count()
 
@@ -23,3 +25,27 @@ def drain(queue: bmq.Queue, count: int, timeout: float = 10.0) -> list:
         if message is not None:
             received.append(message)
     return received
+
+
+# Reconnect at once (tests inject the failures and want the recovery quickly).
+FAST_RECONNECT = bmq.ReconnectPolicy(initial_delay=0.01, max_delay=0.2, jitter=0.2)
+
+
+def ha_options(**kwargs) -> bmq.SessionOptions:
+    """SessionOptions with :data:`FAST_RECONNECT` unless ``reconnect`` is given."""
+    kwargs.setdefault("reconnect", FAST_RECONNECT)
+    return bmq.SessionOptions(**kwargs)
+
+
+def wait_event(session: bmq.Session, kind: Type[events.SessionEvent], timeout: float = 10.0) -> List:
+    """Events up to and including the first of ``kind``; AssertionError if none comes in time."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = session.next_event(max(0.0, deadline - time.monotonic()))
+        if event is None:
+            break
+        seen.append(event)
+        if isinstance(event, kind):
+            return seen
+    raise AssertionError(f"no {kind.__name__} within {timeout} s; saw {seen}")

@@ -2,44 +2,16 @@
 from __future__ import annotations
 
 import threading
-import time
-from typing import Callable, List, Type
+from typing import Callable
 
 import pytest
 
 import bmq
 from bmq import _schema, events
 from bmq.broker import Broker
-from support import drain, fresh_uri as fresh
+from support import drain, fresh_uri as fresh, ha_options as options, wait_event
 
 pytestmark = pytest.mark.timeout(60)
-
-FAST_RECONNECT = bmq.ReconnectPolicy(initial_delay=0.01, max_delay=0.1, jitter=0.2)
-
-
-@pytest.fixture
-def broker():
-    with Broker(heartbeat_interval_ms=100, max_missed_heartbeats=5) as b:
-        yield b
-
-
-def options(**kwargs) -> bmq.SessionOptions:
-    kwargs.setdefault("reconnect", FAST_RECONNECT)
-    return bmq.SessionOptions(**kwargs)
-
-
-def wait_event(session: bmq.Session, kind: Type[events.SessionEvent], timeout: float = 10.0) -> List:
-    """Events up to and including the first of ``kind``."""
-    seen = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        event = session.next_event(max(0.0, deadline - time.monotonic()))
-        if event is None:
-            break
-        seen.append(event)
-        if isinstance(event, kind):
-            return seen
-    raise AssertionError(f"no {kind.__name__} within {timeout} s; saw {seen}")
 
 
 def on_control_request(broker: Broker, key: str, action: Callable[[], None] = lambda: None) -> threading.Event:

@@ -1,4 +1,5 @@
-"""Fixtures of the Spark integration tests: one local SparkSession per test run.
+"""Fixtures of the integration tests: an embedded broker and a session per module, and one
+local SparkSession per test run.
 
 Spark starts its Python workers with ``PYSPARK_PYTHON``; they must import this checkout's
 ``bmq`` (with its built extension), so the interpreter and ``PYTHONPATH`` are set before the
@@ -15,7 +16,24 @@ from typing import Iterator
 
 import pytest
 
+import bmq
+from bmq.broker import Broker
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[Broker]:
+    """An embedded broker shared by the tests of one module (modules may define their own)."""
+    with Broker() as b:
+        yield b
+
+
+@pytest.fixture
+def session(broker: Broker) -> Iterator[bmq.Session]:
+    """A fresh session on the module's broker, stopped after the test."""
+    with bmq.Session(broker.address) as s:
+        yield s
 
 
 def _missing(reason: str) -> None:

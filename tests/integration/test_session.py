@@ -14,18 +14,6 @@ from support import drain, fresh_uri as fresh
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with Broker() as b:
-        yield b
-
-
-@pytest.fixture
-def session(broker):
-    with bmq.Session(broker.address) as s:
-        yield s
-
-
 # ---- connecting ---------------------------------------------------------------------
 def test_connected_event_comes_first(session):
     assert session.next_event(5.0) == events.Connected()

@@ -8,22 +8,9 @@ import pytest
 
 import bmq
 from bmq import events
-from bmq.broker import Broker
 from support import fresh_uri as fresh
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(scope="module")
-def broker():
-    with Broker() as b:
-        yield b
-
-
-@pytest.fixture
-def session(broker):
-    with bmq.Session(broker.address) as s:
-        yield s
 
 
 def record_close_requests(session: bmq.Session) -> list:

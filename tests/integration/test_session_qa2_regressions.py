@@ -15,18 +15,6 @@ from support import fresh_uri as fresh
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with Broker() as b:
-        yield b
-
-
-@pytest.fixture
-def session(broker):
-    with bmq.Session(broker.address) as s:
-        yield s
-
-
 # ---- next_event() on a stopped session ---------------------------------------------------
 def test_stop_wakes_next_event_which_then_raises_once_events_are_drained(broker):
     session = bmq.Session(broker.address)
