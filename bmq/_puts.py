@@ -49,15 +49,17 @@ class Batch:
     and reads ``acks``; an asynchronous one gets ``futures``.
     """
 
-    __slots__ = ("queue", "payloads", "properties", "compression", "deadline", "on_ack", "futures", "acks",
-                 "index", "remaining", "finished")
+    __slots__ = ("queue", "payloads", "properties", "new_style", "compression", "deadline", "on_ack", "futures",
+                 "acks", "index", "remaining", "finished")
 
     def __init__(self, queue: "Queue", keys: List[bytes], payloads: List[Any], properties: Sequence[Optional[bytes]],
-                 compression: int, deadline: float, on_ack: OnAck, asynchronous: bool) -> None:
+                 new_style: bool, compression: int, deadline: float, on_ack: OnAck, asynchronous: bool) -> None:
         count = len(keys)
         self.queue = queue
         self.payloads = payloads
         self.properties = properties
+        # The encoding the properties areas were built in: a retransmission must say the same.
+        self.new_style = new_style
         self.compression = compression
         self.deadline = deadline
         self.on_ack = on_ack
@@ -114,6 +116,7 @@ class PendingPuts:
         guids: bytes,
         payloads: List[Any],
         properties: Sequence[Optional[bytes]],
+        new_style: bool,
         compression: int,
         events: List[bytes],
         on_ack: OnAck,
@@ -134,8 +137,8 @@ class PendingPuts:
         count = len(payloads)
         data = events[0] if len(events) == 1 else b"".join(events)
         keys = [guids[i:i + 16] for i in range(0, 16 * count, 16)]
-        batch = Batch(queue, keys, payloads, properties, compression, time.monotonic() + self._options.ack_timeout,
-                      on_ack, asynchronous)
+        batch = Batch(queue, keys, payloads, properties, new_style, compression,
+                      time.monotonic() + self._options.ack_timeout, on_ack, asynchronous)
         size = sum(map(len, payloads))
         if caller_guids and len(batch.index) != count:
             raise InvalidArgumentError("the same GUID appears twice in one post")
@@ -279,7 +282,7 @@ class PendingPuts:
         with self._lock:
             self._transport = None
 
-    def restore(self, transport: "Transport", new_style: bool, is_current: Callable[[], bool]) -> None:
+    def restore(self, transport: "Transport", is_current: Callable[[], bool]) -> None:
         """Every queue is reopened: re-send all entries with their GUIDs, then let posts through.
 
         Raises:
@@ -294,11 +297,11 @@ class PendingPuts:
             logger.warning("re-sending %d unacknowledged message(s)", len(entries))
         for compression in {batch.compression for _, batch in entries}:
             group = [(guid, batch) for guid, batch in entries if batch.compression == compression]
-            for data in self._retransmission(group, compression, new_style):
+            for data in self._retransmission(group, compression):
                 transport.send_control(data)
 
     @staticmethod
-    def _retransmission(group: List[Tuple[bytes, Batch]], compression: int, new_style: bool) -> Iterable[bytes]:
+    def _retransmission(group: List[Tuple[bytes, Batch]], compression: int) -> Iterable[bytes]:
         for start in range(0, len(group), _RETRANSMIT_CHUNK):
             part = group[start:start + _RETRANSMIT_CHUNK]
             at = [batch.index[guid] for guid, batch in part]
@@ -309,7 +312,7 @@ class PendingPuts:
                 [batch.properties[i] for (_, batch), i in zip(part, at)],
                 flags=_ACK_REQUESTED,
                 compression=compression,
-                new_style_properties=new_style,
+                new_style_properties=[batch.new_style for _, batch in part],
             )
             yield b"".join(events)
 

@@ -225,7 +225,7 @@ class Session:
                 self._outbox.close()
             self._stopped.set()
             raise
-        self._puts.restore(conn.transport, conn.new_style_properties, lambda: True)  # type: ignore[arg-type]
+        self._puts.restore(conn.transport, lambda: True)  # type: ignore[arg-type]
         self._supervisor.start()
         self._ack_timer.start()
         monitor = options.host_health_monitor
@@ -420,7 +420,7 @@ class Session:
                 for queue in to_reopen:
                     self._reopen(queue)
                 self._resend_configures(deferred, transport)
-                self._puts.restore(transport, conn.new_style_properties, lambda: self._conn is conn)
+                self._puts.restore(transport, lambda: self._conn is conn)
             except (ConnectionLost, TimeoutError) as e:
                 logger.warning("connection lost again while restoring state: %s", e)
                 if isinstance(e, TimeoutError):
@@ -842,8 +842,8 @@ class Session:
             data, properties, property_types=property_types, compression=compression, on_ack=on_ack
         )
 
-    def _encode_properties(self, properties: Any, property_types: Any, count: int) -> Any:
-        new_style = self._new_style
+    @staticmethod
+    def _encode_properties(properties: Any, property_types: Any, count: int, new_style: bool) -> Any:
         if properties is None or isinstance(properties, Mapping):
             return _properties.encode(properties, property_types, new_style)
         areas = _properties.encode_each(list(properties), property_types, new_style)
@@ -876,7 +876,9 @@ class Session:
         payloads = _payload_list(payloads, single)
         count = len(payloads)
         cat = (self.options.compression if compression is None else _compression(compression)).value
-        area = self._encode_properties(properties, property_types, count)
+        # Read once: a reconnect may change the broker's features in the middle of this call.
+        new_style = self._new_style
+        area = self._encode_properties(properties, property_types, count, new_style)
         caller_guids = guids is not None
         if guids is None:
             guids = self._guids.generate(count) if count else b""
@@ -884,20 +886,20 @@ class Session:
             raise InvalidArgumentError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
         events = _codec.build_put_events(
             queue.queue_id, guids, payloads, area, flags=_ACK_REQUESTED, compression=cat,
-            new_style_properties=self._new_style,
+            new_style_properties=new_style,
         )
         per_message = area if isinstance(area, list) else [area] * count
         if self._outbox is not None:
             try:
                 self._outbox.append([
-                    OutboxRecord(guids[16 * i:16 * i + 16], queue.uri, payload, props, self._new_style, cat)
+                    OutboxRecord(guids[16 * i:16 * i + 16], queue.uri, payload, props, new_style, cat)
                     for i, (payload, props) in enumerate(zip(payloads, per_message))
                 ])
             except OutboxError:
                 self._check_running()  # stop() closed the outbox under us: say so
                 raise
-        return self._puts.track_and_send(queue, guids, payloads, per_message, cat, events, on_ack, asynchronous,
-                                         caller_guids)
+        return self._puts.track_and_send(queue, guids, payloads, per_message, new_style, cat, events, on_ack,
+                                         asynchronous, caller_guids)
 
     def _resend_recovered(self, queue: Queue) -> None:
         """Send what a previous process left unacknowledged in the outbox for this queue,
@@ -914,7 +916,7 @@ class Session:
                 queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED, compression=compression,
                 new_style_properties=new_style,
             )
-            self._puts.track_and_send(queue, guids, payloads, properties, compression, events, None, True)
+            self._puts.track_and_send(queue, guids, payloads, properties, new_style, compression, events, None, True)
         if entries:
             logger.warning("re-sent %d message(s) recovered from the outbox to %s", len(entries), queue.uri)
 

@@ -17,7 +17,7 @@ def test_track_after_close_raises_and_records_nothing():
     puts = PendingPuts(bmq.SessionOptions(), lambda fn, *args: fn(*args), None)
     puts.close()
     with pytest.raises(bmq.SessionClosedError):
-        puts.track_and_send(_Queue(), b"g" * 16, [b"x"], [None], 0, [b"event"], None, True)
+        puts.track_and_send(_Queue(), b"g" * 16, [b"x"], [None], True, 0, [b"event"], None, True)
     assert len(puts) == 0
 
 
@@ -25,7 +25,7 @@ def test_close_settles_what_was_tracked_before_as_not_connected():
     puts = PendingPuts(bmq.SessionOptions(), lambda fn, *args: fn(*args), None)
     queue = _Queue()
     queue.state = "pending"  # not sent: no transport needed
-    batch = puts.track_and_send(queue, b"g" * 16, [b"x"], [None], 0, [b"event"], None, True)
+    batch = puts.track_and_send(queue, b"g" * 16, [b"x"], [None], True, 0, [b"event"], None, True)
     assert not batch.futures[0].done()
     puts.close()
     assert batch.futures[0].result(0).status is bmq.AckStatus.NOT_CONNECTED
