@@ -167,6 +167,7 @@ def cmd_post(args: argparse.Namespace) -> int:
     payloads, count = _payloads(args)
     properties, property_types = _properties(args)
     statuses: Dict[str, int] = {}
+    acked_bytes = [0]  # one cell shared by the posting threads, under ``lock``
     lock = threading.Lock()
     progress = Progress("post", count)
     per_thread_rate = args.rate / args.threads if args.rate else None
@@ -188,9 +189,11 @@ def cmd_post(args: argparse.Namespace) -> int:
                                                 compression=args.compression)
                 wait(futures, timeout=args.timeout)
                 with lock:
-                    for future in futures:
+                    for future, payload in zip(futures, batch):
                         name = future.result().status.name if future.done() else "TIMEOUT"
                         statuses[name] = statuses.get(name, 0) + 1
+                        if name == "SUCCESS":
+                            acked_bytes[0] += len(payload)
                 progress.advance(n)
                 sent += n
         except BaseException as exc:  # reported by the main thread
@@ -211,12 +214,10 @@ def cmd_post(args: argparse.Namespace) -> int:
     if errors:
         raise errors[0]
     acked = statuses.pop("SUCCESS", 0)
-    total_bytes = sum(len(payloads[i % len(payloads)]) for i in range(acked))
-    summary = {"acked": acked, "failed": statuses, "seconds": round(elapsed, 3),
-               "msgs_per_s": round(acked / elapsed), "mb_per_s": round(total_bytes / elapsed / 1e6, 2)}
     failed = sum(statuses.values())
     print(f"posted {count} to {args.uri}: {acked} acked, {failed} failed"
-          + (f" {statuses}" if failed else "") + f", {summary['msgs_per_s']:,} msg/s, {summary['mb_per_s']} MB/s")
+          + (f" {statuses}" if failed else "")
+          + f", {acked / elapsed:,.0f} msg/s, {acked_bytes[0] / elapsed / 1e6:.2f} MB/s")
     return EXIT_OK if failed == 0 else EXIT_FAILURE
 
 
