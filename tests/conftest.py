@@ -2,25 +2,30 @@
 
 ``../shared`` (protocol vectors and captures) sits beside the project checkout in the
 development and CI set-up. In a user's clone it is absent: tests that need it skip with
-the reason; under CI (``CI=true``) its absence fails them instead.
+the reason; under CI (``CI=true``) its absence fails them instead. The same holds for the
+real broker, ``../shared/bmqbrkr`` (see ``tests/realbroker.py``).
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable, Iterator, List, Optional
 
 import pytest
+
+from realbroker import RealBroker
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("BMQ_SHARED_DIR", ROOT.parent / "shared"))
 VECTORS = SHARED / "protocol" / "vectors"
 CAPTURES = SHARED / "protocol" / "captures"
+BMQBRKR = SHARED / "bmqbrkr"
 
 
-def _require(path: Path) -> Path:
+def _require(path: Path, what: str = "the protocol test data") -> Path:
     if path.is_dir():
         return path
-    reason = f"{path} not found: the protocol test data lives in ../shared beside the checkout"
+    reason = f"{path} not found: {what} lives in ../shared beside the checkout"
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{reason} (required under CI=true)")
     pytest.skip(reason)
@@ -36,3 +41,32 @@ def vectors_dir() -> Path:
 def captures_dir() -> Path:
     """``../shared/protocol/captures`` (whole sessions recorded against a real bmqbrkr)."""
     return _require(CAPTURES)
+
+
+@pytest.fixture(scope="session")
+def bmqbrkr_home() -> Path:
+    """``../shared/bmqbrkr``: the real BlazingMQ broker, its ``run`` script and config template."""
+    return _require(BMQBRKR, "the real BlazingMQ broker (bmqbrkr)")
+
+
+@pytest.fixture(scope="session")
+def bmqbrkr(bmqbrkr_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealBroker]:
+    """One real ``bmqbrkr`` for the whole test run (tests use fresh queue names to stay apart)."""
+    with RealBroker(bmqbrkr_home, tmp_path_factory.mktemp("bmqbrkr")) as broker:
+        yield broker
+
+
+@pytest.fixture
+def make_bmqbrkr(bmqbrkr_home: Path, tmp_path: Path) -> Iterator[Callable[..., RealBroker]]:
+    """A factory of real brokers owned by one test (own directory, config template, restarts);
+    every broker it made is stopped after the test."""
+    made: List[RealBroker] = []
+
+    def make(*, etc: Optional[Path] = None, directory: Optional[Path] = None, start: bool = True) -> RealBroker:
+        broker = RealBroker(bmqbrkr_home, directory or tmp_path / f"bmqbrkr{len(made)}", etc=etc)
+        made.append(broker)
+        return broker.start() if start else broker
+
+    yield make
+    for broker in made:
+        broker.stop()
