@@ -23,6 +23,21 @@ Confirms are never buffered: while reconnecting they are dropped and the broker 
 """
 import logging
 
+try:
+    from . import _codec  # noqa: F401  (compiled: first, so a source tree fails with advice)
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
+    import os as _os
+
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    if not _os.path.exists(_os.path.join(_here, "_codec.pyx")):
+        raise
+    raise ImportError(
+        f"bmq's compiled wire codec (bmq._codec) is missing: Python is importing the bmq source tree at "
+        f"{_here}, which is not built. Either install bmq (`pip install .`) and run from another directory "
+        f"than the source checkout, or build it in place (`pip install -e .` or "
+        f"`python setup.py build_ext --inplace`)."
+    ) from exc
+
 from . import events, exceptions
 from ._codec import MAX_PAYLOAD_SIZE, deterministic_guid
 from ._health import HostHealthMonitor, ManualHostHealthMonitor

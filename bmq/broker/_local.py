@@ -8,9 +8,11 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import IO, Iterator, Optional
 
 from ..exceptions import Error
 
@@ -48,28 +50,55 @@ def broker_address(address: Optional[str] = None, *, separate_process: bool = Fa
 
 @contextlib.contextmanager
 def _child_broker(start_timeout: float) -> Iterator[str]:
-    # The child imports the same bmq as this process, installed or from a source checkout.
+    # The child must import the same bmq as this process. Its working directory is the
+    # directory holding that bmq package: with the caller's directory instead, a source
+    # checkout there (which has no compiled codec) would shadow an installed bmq.
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
-    child = subprocess.Popen([sys.executable, "-m", "bmq.broker", "--port", "0"], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, env=env)
-    lines: "queue.Queue[str]" = queue.Queue()
-    # A thread keeps draining stdout so the child never blocks on a full pipe.
-    threading.Thread(target=lambda: [lines.put(line) for line in child.stdout], name="bmq-broker-child-stdout",
-                     daemon=True).start()
-    try:
+    with tempfile.TemporaryFile() as stderr:
+        child = subprocess.Popen([sys.executable, "-m", "bmq.broker", "--port", "0"], cwd=package_root,
+                                 stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+        lines: "queue.Queue[Optional[str]]" = queue.Queue()
+
+        def drain() -> None:
+            # Keeps draining stdout so the child never blocks on a full pipe; None = it exited.
+            for line in child.stdout:  # type: ignore[union-attr]
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=drain, name="bmq-broker-child-stdout", daemon=True).start()
         try:
-            match = _LISTENING.search(lines.get(timeout=start_timeout))
+            yield _await_listening(child, lines, stderr, start_timeout)
+        finally:
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(5)
+
+
+def _await_listening(child: subprocess.Popen, lines: "queue.Queue[Optional[str]]", stderr: IO[bytes],
+                     start_timeout: float) -> str:
+    """The address the child prints once it listens; an Error at once if it exits first."""
+    deadline = time.monotonic() + start_timeout
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
-            match = None
-        if match is None:
-            raise Error(f"the embedded broker process (pid {child.pid}) did not start within {start_timeout}s")
-        yield match.group(1)
-    finally:
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(5)
+            raise Error(f"the embedded broker process (pid {child.pid}) did not start within {start_timeout}s"
+                        f"{_tail(stderr)}") from None
+        if line is None:
+            code = child.wait(5)
+            raise Error(f"the embedded broker process (pid {child.pid}) exited with code {code} before "
+                        f"listening{_tail(stderr)}")
+        match = _LISTENING.search(line)
+        if match:
+            return match.group(1)
+
+
+def _tail(stderr: IO[bytes], lines: int = 15) -> str:
+    stderr.seek(0)
+    text = stderr.read().decode(errors="replace").strip().splitlines()[-lines:]
+    return ("; its stderr ends with:\n" + "\n".join(text)) if text else ""
