@@ -26,13 +26,13 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bmq
+from bmq import _codec
+from bmq.broker._rawclient import RawClient
+from _report import emit, make_parser
 
-from bmq import _codec  # noqa: E402
-from bmq.broker._rawclient import RawClient  # noqa: E402
-from _report import emit, make_parser  # noqa: E402
+# Child processes import the same (installed) bmq as this script.
+ROOT = Path(bmq.__file__).resolve().parents[1]
 
 PAYLOAD = b"x" * 100
 URI = "bmq://bmq.test.mem.priority/bench-{}"

@@ -13,17 +13,12 @@ msg/s for 100-byte messages; 1 MiB payloads built within 1.3x the limit.
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 from typing import List
 
 import crc32c
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bmq import _codec as codec  # noqa: E402
-from _report import best_time, emit, make_parser  # noqa: E402
+from bmq import _codec as codec
+from _report import best_time, emit, make_parser
 
 SMALL = 100
 LARGE = 1 << 20

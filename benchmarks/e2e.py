@@ -19,18 +19,13 @@ the official SDK.
 from __future__ import annotations
 
 import itertools
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bmq  # noqa: E402
-from bmq.broker import broker_address  # noqa: E402
-from _report import emit, make_parser  # noqa: E402
+import bmq
+from bmq.broker import broker_address
+from _report import emit, make_parser
 
 try:
     import blazingmq

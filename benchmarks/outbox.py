@@ -18,18 +18,13 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-import sys
 import tempfile
 import time
 from collections import deque
-from pathlib import Path
 from typing import Callable, List
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bmq._outbox import FSYNC_POLICIES, Outbox, OutboxRecord, _encode_frames  # noqa: E402
-from _report import emit, make_parser  # noqa: E402
+from bmq._outbox import FSYNC_POLICIES, Outbox, OutboxRecord, _encode_frames
+from _report import emit, make_parser
 
 BATCH = 1000
 PAYLOAD = 100

@@ -24,10 +24,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout: this bmq, with its built extension
+import bmq
+from bmq.broker import broker_address
 
-from bmq.broker import broker_address  # noqa: E402
+# Child processes import the same (installed) bmq as this script.
+ROOT = Path(bmq.__file__).resolve().parents[1]
 
 
 def _queue(name: str) -> str:
@@ -35,8 +36,6 @@ def _queue(name: str) -> str:
 
 
 def post_many_rate(broker: str, rows: int, payload: int, chunk: int = 10_000) -> float:
-    import bmq
-
     data = [b"x" * payload] * chunk
     with bmq.Session(broker=broker) as session:
         queue = session.open_queue(_queue("post-many"), write=True)

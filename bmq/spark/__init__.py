@@ -19,10 +19,10 @@ from __future__ import annotations
 
 try:
     import pyarrow  # noqa: F401  (Spark's Python data source workers need it too)
-    from pyspark.sql.datasource import DataSource  # noqa: F401
+    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter  # noqa: F401  (4.1+)
 except ImportError as e:  # pragma: no cover - exercised in a process without pyspark
     raise ImportError(
-        "bmq.spark needs pyspark>=4.0 and pyarrow; install them with: pip install 'bmq[spark]' "
+        "bmq.spark needs pyspark>=4.1 and pyarrow; install them with: pip install 'bmq[spark]' "
         f"({e})"
     ) from e
 
