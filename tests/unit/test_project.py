@@ -14,24 +14,25 @@ from bmq.cli import CommandError, build_parser, parse_property
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def readme_test_command() -> str:
-    # the same extraction .ci/run performs
-    script = ROOT / ".ci" / "run"
-    awk = next(line for line in script.read_text().splitlines() if line.startswith("test_command=$(awk"))
-    program = awk[awk.index("'") + 1: awk.rindex("'")]
-    return subprocess.run(["awk", program, str(ROOT / "README.md")], capture_output=True, text=True,
-                          check=True).stdout.strip()
+def readme_block(marker: str) -> str:
+    """The README block after ``<!-- marker -->``, extracted by .ci/run's own function."""
+    script = (ROOT / ".ci" / "run").read_text()
+    function = script[script.index("readme_block() {"): script.index("\n}\n", script.index("readme_block() {")) + 3]
+    return subprocess.run(["bash", "-c", f"{function}\nreadme_block {marker}"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout.strip()
 
 
 def test_ci_runs_the_readme_test_command():
-    command = readme_test_command()
+    command = readme_block("test-command")
     assert "pytest" in command and "pip install" in command
     assert command in (ROOT / "README.md").read_text()
+    assert 'eval "$test_command"' in (ROOT / ".ci" / "run").read_text()
 
 
-def test_readme_first_command_installs_and_runs_the_main_job():
-    text = (ROOT / "README.md").read_text()
-    assert "pip install . && bmq bench" in text
+def test_ci_runs_the_readme_main_command_in_a_fresh_venv():
+    assert readme_block("main-command") == "pip install . && bmq bench"
+    script = (ROOT / ".ci" / "run").read_text()
+    assert "-m venv" in script and 'eval "$main_command"' in script
 
 
 @pytest.mark.parametrize("text, expected", [
