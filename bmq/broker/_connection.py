@@ -9,10 +9,13 @@ Thread-safety: see each class.
 from __future__ import annotations
 
 import collections
+import fcntl
 import heapq
 import itertools
 import logging
 import socket
+import struct
+import termios
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Set, Tuple
@@ -102,7 +105,11 @@ class ClientSession:
         self.reads_new_properties = True
         self.handles: Dict[int, QueueHandle] = {}
         self.closed_queue_ids: Set[int] = set()
-        self.alive = True  # received something since the last heartbeat check
+        # Liveness as bmqbrkr judges it: any bytes from the client count, also bytes the reader
+        # has not got to yet because it is busy (see Broker._heartbeat_tick).
+        self.alive = True  # the reader received something since the last heartbeat check
+        self.unread_at_check = 0  # bytes waiting in the kernel at the last heartbeat check
+        self.reader_busy = False  # the reader is handling what it read, not waiting in recv()
         # ACKs of the PUTs read in one recv(), sent as one ACK event (see _flush_acks).
         self.pending_acks: List[Tuple[int, int, bytes, int]] = []
         self.missed_heartbeats = 0
@@ -191,6 +198,19 @@ class ClientSession:
         if not flush:
             shutdown_socket(self._sock)
 
+    def heard_since_last_check(self) -> bool:
+        """Whether the client sent bytes since the previous call (the heartbeat timer's), as
+        bmqbrkr counts it: bytes the reader received, or bytes still waiting in the kernel
+        because the reader is busy handling an earlier read."""
+        try:
+            unread = struct.unpack("i", fcntl.ioctl(self._sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+        except (OSError, ValueError):  # a closed socket: its reader sees the end
+            unread = 0
+        heard = self.alive or unread != self.unread_at_check
+        self.alive = False
+        self.unread_at_check = unread
+        return heard
+
     # ---- fault hooks -------------------------------------------------------------------
     def pause_reading(self) -> None:
         """Stop reading this client's socket, so TCP backpressure builds (a fault)."""
@@ -226,11 +246,13 @@ class ClientSession:
                 if not data:
                     break
                 self.alive = True
+                self.reader_busy = True
                 for event in self._frames.feed(data):
                     self._broker._handle_event(self, event)
                     if self._closing:
                         break
                 self._broker._flush_acks(self)
+                self.reader_busy = False
         except ProtocolError as exc:
             logger.warning("client %s sent a malformed frame, closing its connection: %s", self.peer, exc)
         except OSError as exc:

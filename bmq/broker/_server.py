@@ -303,9 +303,12 @@ class Broker:
             for session in self._sessions_snapshot():
                 if not session.negotiated:
                     continue
-                if session.alive:
-                    session.alive = False
+                if session.heard_since_last_check():
                     session.missed_heartbeats = 0
+                    if session.reader_busy:
+                        # Its reader cannot answer the client's heartbeats now: tell the
+                        # client that the broker is alive from here instead.
+                        session.send(_codec.HEARTBEAT_REQ)
                     continue
                 if session.missed_heartbeats < limit:
                     session.send(_codec.HEARTBEAT_REQ)
