@@ -30,6 +30,13 @@ Known differences from bmqbrkr, all deliberate:
 * Messages never expire (no TTL) and nothing is persisted; "persistent" domains are in memory.
 * Flow control (maxUnconfirmedMessages/Bytes) applies per subscription consumer.
 * Any authentication request is accepted (anonymous-style, no expiry).
+* A subscription expression it cannot compile fails the open/configure with an error
+  response (the client raises ``bmq.BrokerError``); bmqbrkr accepts it, logs
+  ``#BMQ_SUBSCRIPTION_FAILURE`` and routes nothing to it (the official SDK validates
+  expressions itself and refuses them before sending). The embedded broker implements only
+  a subset of BlazingMQ's expression language (see the grammar above).
+* A client is alive while it sends bytes, as in bmqbrkr, but bytes still waiting in the
+  kernel while its reader thread is busy count too (bmqbrkr's I/O threads never lag).
 """
 from ._faults import Faults
 from ._local import broker_address

@@ -1,5 +1,10 @@
-"""Fixtures of the integration tests: an embedded broker and a session per module, and one
-local SparkSession per test run.
+"""Fixtures of the integration tests: an embedded broker per module, a session per test, and
+one local SparkSession per test run.
+
+A test that takes ``session`` and not ``broker`` only needs a broker's address: it runs twice,
+against the embedded broker (``[embedded]``) and against the real bmqbrkr (``[bmqbrkr]``), and
+must observe the same. Tests that use the embedded broker's own API (faults, inspection) take
+``broker`` and run against it alone.
 
 Spark starts its Python workers with ``PYSPARK_PYTHON``; they must import this checkout's
 ``bmq`` (with its built extension), so the interpreter and ``PYTHONPATH`` are set before the
@@ -8,6 +13,7 @@ they fail: CI must run them.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import sys
@@ -29,10 +35,26 @@ def broker() -> Iterator[Broker]:
         yield b
 
 
+BROKER_KINDS = ("embedded", "bmqbrkr")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    arguments = inspect.signature(metafunc.function).parameters
+    if "session" in arguments and "broker" not in arguments:
+        metafunc.parametrize("broker_kind", BROKER_KINDS, indirect=True)
+
+
 @pytest.fixture
-def session(broker: Broker) -> Iterator[bmq.Session]:
-    """A fresh session on the module's broker, stopped after the test."""
-    with bmq.Session(broker.address) as s:
+def broker_kind(request: pytest.FixtureRequest) -> str:
+    """Which broker ``session`` connects to: "embedded" unless the test is parametrized."""
+    return getattr(request, "param", "embedded")
+
+
+@pytest.fixture
+def session(broker_kind: str, request: pytest.FixtureRequest) -> Iterator[bmq.Session]:
+    """A fresh session on the module's embedded broker or on the run's bmqbrkr, stopped after the test."""
+    address = request.getfixturevalue("bmqbrkr" if broker_kind == "bmqbrkr" else "broker").address
+    with bmq.Session(address) as s:
         yield s
 
 
