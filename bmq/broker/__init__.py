@@ -35,6 +35,9 @@ Known differences from bmqbrkr, all deliberate:
   ``#BMQ_SUBSCRIPTION_FAILURE`` and routes nothing to it (the official SDK validates
   expressions itself and refuses them before sending). The embedded broker implements only
   a subset of BlazingMQ's expression language (see the grammar above).
+* A reader's open with an appId the fan-out domain does not configure is refused
+  (``E_REFUSED``); bmqbrkr opens it and routes it nothing until such an app exists
+  (dynamic appIds, which the embedded broker does not have), so a typo shows at once here.
 * A client is alive while it sends bytes, as in bmqbrkr, but bytes still waiting in the
   kernel while its reader thread is busy count too (bmqbrkr's I/O threads never lag).
 """

@@ -509,6 +509,11 @@ class Broker:
         queue = self._queues.get(canonical)
         if queue is None:
             queue = self._queues[canonical] = Queue(canonical, domain_name, domain, self._send_pushes)
+        # bmqbrkr's checks, with its categories and texts (mqbblp::RootQueueEngine).
+        if domain.mode == "fanout" and reads > 0 and app_id == DEFAULT_APP_ID:
+            raise StatusError("E_UNKNOWN", "Reader of a fanout queue requires an appId to be specified.", -1)
+        if domain.mode != "fanout" and app_id != DEFAULT_APP_ID:
+            raise StatusError("E_UNKNOWN", "AppId should not be specified when opening a non-fanout queue", -1)
         if reads > 0 and queue.app(app_id) is None:
             raise StatusError("E_REFUSED", f"appId '{app_id}' is not configured for the queue '{canonical}'", -1)
         handle = session.handles.get(q_id)

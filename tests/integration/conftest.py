@@ -1,9 +1,9 @@
 """Fixtures of the integration tests: an embedded broker per module, a session per test, and
 one local SparkSession per test run.
 
-A test that takes ``session`` and not ``broker`` only needs a broker's address: it runs twice,
-against the embedded broker (``[embedded]``) and against the real bmqbrkr (``[bmqbrkr]``), and
-must observe the same. Tests that use the embedded broker's own API (faults, inspection) take
+A test that takes ``session`` or ``broker_address`` and not ``broker`` only needs a broker's
+address: it runs twice, against the embedded broker (``[embedded]``) and against the real
+bmqbrkr (``[bmqbrkr]``), and must observe the same. Tests that use the embedded broker's own API (faults, inspection) take
 ``broker`` and run against it alone.
 
 Spark starts its Python workers with ``PYSPARK_PYTHON``; they must import this checkout's
@@ -40,7 +40,7 @@ BROKER_KINDS = ("embedded", "bmqbrkr")
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     arguments = inspect.signature(metafunc.function).parameters
-    if "session" in arguments and "broker" not in arguments:
+    if ("session" in arguments or "broker_address" in arguments) and "broker" not in arguments:
         metafunc.parametrize("broker_kind", BROKER_KINDS, indirect=True)
 
 
@@ -51,10 +51,15 @@ def broker_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def session(broker_kind: str, request: pytest.FixtureRequest) -> Iterator[bmq.Session]:
-    """A fresh session on the module's embedded broker or on the run's bmqbrkr, stopped after the test."""
-    address = request.getfixturevalue("bmqbrkr" if broker_kind == "bmqbrkr" else "broker").address
-    with bmq.Session(address) as s:
+def broker_address(broker_kind: str, request: pytest.FixtureRequest) -> str:
+    """The address of the module's embedded broker or of the run's bmqbrkr."""
+    return request.getfixturevalue("bmqbrkr" if broker_kind == "bmqbrkr" else "broker").address
+
+
+@pytest.fixture
+def session(broker_address: str) -> Iterator[bmq.Session]:
+    """A fresh session on ``broker_address``, stopped after the test."""
+    with bmq.Session(broker_address) as s:
         yield s
 
 

@@ -191,6 +191,20 @@ def test_unconfirmed_messages_are_held_confirmed_ones_removed(session, broker):
     assert broker.wait_for(lambda: [m.guid for m in broker.queue_messages(queue.uri)] == [second.guid], 5.0)
 
 
+def test_unconfirmed_messages_go_to_the_next_consumer_confirmed_ones_do_not(session, broker_address):
+    uri = fresh()
+    session.open_queue(uri, write=True).post_many([b"1", b"2", b"3"])
+    with bmq.Session(broker_address) as first_consumer:
+        got = drain(first_consumer.open_queue(uri, read=True), 3)
+        assert sorted(m.data for m in got) == [b"1", b"2", b"3"]
+        next(m for m in got if m.data == b"2").confirm()
+    with bmq.Session(broker_address) as second_consumer:
+        queue = second_consumer.open_queue(uri, read=True)
+        redelivered = drain(queue, 2)
+        assert sorted(m.data for m in redelivered) == [b"1", b"3"]
+        assert queue.get(timeout=0.3) is None, "a confirmed message is not redelivered"
+
+
 def test_max_unconfirmed_messages_limits_delivery_until_confirms(session):
     options = bmq.QueueOptions(max_unconfirmed_messages=2)
     queue = session.open_queue(fresh(), read=True, write=True, options=options)
@@ -202,12 +216,12 @@ def test_max_unconfirmed_messages_limits_delivery_until_confirms(session):
     assert third is not None and third.data == b"3"
 
 
-def test_same_uri_cannot_be_opened_twice_but_two_sessions_can(session, broker):
+def test_same_uri_cannot_be_opened_twice_but_two_sessions_can(session, broker_address):
     uri = fresh()
     session.open_queue(uri, write=True)
     with pytest.raises(bmq.QueueStateError, match="already open"):
         session.open_queue(uri, read=True)
-    with bmq.Session(broker.address) as other:
+    with bmq.Session(broker_address) as other:
         reader = other.open_queue(uri, read=True)
         session.post(uri, b"across sessions").result(5.0)
         assert reader.get(timeout=5.0).data == b"across sessions"
@@ -229,7 +243,7 @@ def test_push_mode_callback_may_use_the_session(session):
     assert all(name.startswith("bmq-dispatcher-") for name in threads)
 
 
-def test_callback_may_open_and_close_queues_and_stop_the_session(broker):
+def test_callback_may_open_and_close_queues_and_stop_the_session(broker_address):
     stopped = threading.Event()
     result = {}
 
@@ -241,14 +255,14 @@ def test_callback_may_open_and_close_queues_and_stop_the_session(broker):
         result["running"] = session.is_running
         stopped.set()
 
-    session = bmq.Session(broker.address)
+    session = bmq.Session(broker_address)
     session.open_queue(fresh(), read=True, write=True, on_message=on_message).post(b"go")
     assert stopped.wait(10.0)
     assert result["ack"].status is bmq.AckStatus.SUCCESS and result["running"] is False
     session.stop()  # idempotent from another thread
 
 
-def test_event_callback_receives_events_on_the_dispatcher(broker):
+def test_event_callback_receives_events_on_the_dispatcher(broker_address):
     seen = []
     done = threading.Event()
 
@@ -257,7 +271,7 @@ def test_event_callback_receives_events_on_the_dispatcher(broker):
         if isinstance(event, events.Disconnected):
             done.set()
 
-    with bmq.Session(broker.address, on_event=on_event):
+    with bmq.Session(broker_address, on_event=on_event):
         pass
     assert done.wait(5.0)
     assert [type(e) for e, _ in seen] == [events.Connected, events.Disconnected]
@@ -421,13 +435,22 @@ def test_open_misuse(session):
         session.open_queue(uri, write=True)
 
 
+@pytest.mark.parametrize("uri, refusal", [
+    ("bmq://bmq.test.mem.priority/{}?id=foo", "E_UNKNOWN: AppId should not be specified when opening a non-fanout"),
+    ("bmq://bmq.test.mem.fanout/{}", "E_UNKNOWN: Reader of a fanout queue requires an appId to be specified"),
+])
+def test_reader_opens_that_bmqbrkr_refuses(session, uri, refusal):
+    with pytest.raises(bmq.BrokerError, match=refusal):
+        session.open_queue(uri.format(fresh().rsplit("/", 1)[1]), read=True)
+
+
 def test_unknown_domain_is_a_broker_error(session):
     with pytest.raises(bmq.BrokerError):
         session.open_queue("bmq://no.such.domain/q", write=True)
 
 
-def test_calls_on_a_stopped_session_raise(broker):
-    session = bmq.Session(broker.address)
+def test_calls_on_a_stopped_session_raise(broker_address):
+    session = bmq.Session(broker_address)
     queue = session.open_queue(fresh(), write=True)
     session.stop()
     session.stop()
@@ -478,11 +501,11 @@ def test_idle_session_answers_heartbeats_and_stays_connected():
             assert len(broker.clients()) == 1
 
 
-def test_slow_callbacks_raise_and_clear_the_slow_consumer_events(broker):
+def test_slow_callbacks_raise_and_clear_the_slow_consumer_events(broker_address):
     release = threading.Event()
     handled = []
     options = bmq.SessionOptions(event_queue_high_watermark=20, event_queue_low_watermark=2)
-    with bmq.Session(broker.address, options) as session:
+    with bmq.Session(broker_address, options) as session:
         def on_message(message):
             release.wait(10.0)
             handled.append(message.data)

@@ -28,7 +28,7 @@ def record_close_requests(session: bmq.Session) -> list:
 
 
 # ---- 1. closing one handle of a canonical URI must not release the others -------------
-def test_closing_one_fanout_reader_keeps_the_writer_and_other_reader(session, broker):
+def test_closing_one_fanout_reader_keeps_the_writer_and_other_reader(session):
     uri = fresh("bmq.test.mem.fanout")
     closes = record_close_requests(session)
     writer = session.open_queue(uri, write=True)
@@ -67,9 +67,9 @@ def test_closing_the_last_handle_is_final(session):
 
 
 # ---- 2. posts racing stop() always resolve (or raise) -------------------------------
-def test_posts_racing_stop_resolve_or_raise_session_closed(broker):
+def test_posts_racing_stop_resolve_or_raise_session_closed(broker_address):
     for _ in range(5):
-        session = bmq.Session(broker.address)
+        session = bmq.Session(broker_address)
         queue = session.open_queue(fresh(), write=True)
         futures = []
         errors = []
@@ -193,18 +193,18 @@ def test_confirming_a_message_of_another_session_is_refused(broker):
     assert broker.queue_messages(uri) == []
 
 
-def test_entering_a_stopped_session_raises(broker):
-    session = bmq.Session(broker.address)
+def test_entering_a_stopped_session_raises(broker_address):
+    session = bmq.Session(broker_address)
     session.stop()
     with pytest.raises(bmq.SessionClosedError):
         with session:
             pass
 
 
-def test_queue_resumed_only_for_queues_that_were_suspended(broker):
+def test_queue_resumed_only_for_queues_that_were_suspended(broker_address):
     monitor = bmq.ManualHostHealthMonitor()
     opted = bmq.QueueOptions(suspends_on_bad_host_health=True)
-    with bmq.Session(broker.address, bmq.SessionOptions(host_health_monitor=monitor)) as session:
+    with bmq.Session(broker_address, bmq.SessionOptions(host_health_monitor=monitor)) as session:
         suspended = session.open_queue(fresh(), write=True, options=opted)
         monitor.set_unhealthy()
         seen = [session.next_event(5.0) for _ in range(3)]

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 # ---- next_event() on a stopped session ---------------------------------------------------
-def test_stop_wakes_next_event_which_then_raises_once_events_are_drained(broker):
-    session = bmq.Session(broker.address)
+def test_stop_wakes_next_event_which_then_raises_once_events_are_drained(broker_address):
+    session = bmq.Session(broker_address)
     seen: list = []
     ended: list = []
 
@@ -39,8 +39,8 @@ def test_stop_wakes_next_event_which_then_raises_once_events_are_drained(broker)
         session.next_event()  # no event can come any more: does not block
 
 
-def test_a_stopped_session_still_hands_out_its_remaining_events(broker):
-    session = bmq.Session(broker.address)
+def test_a_stopped_session_still_hands_out_its_remaining_events(broker_address):
+    session = bmq.Session(broker_address)
     session.stop(5)
     assert session.next_event() == events.Connected()
     assert session.next_event() == events.Disconnected()
@@ -77,13 +77,13 @@ def test_open_timeout_bounds_the_rollback_close():
     lambda tmp: tmp / "a-file",                  # exists, not a directory
     lambda tmp: tmp / "a-file" / "outbox",       # a parent is not a directory
 ])
-def test_unusable_outbox_dir_raises_outbox_error_without_leaks(broker, tmp_path, make_bad):
+def test_unusable_outbox_dir_raises_outbox_error_without_leaks(broker_address, tmp_path, make_bad):
     (tmp_path / "a-file").write_bytes(b"x")
     bad = make_bad(tmp_path)
     threads = set(threading.enumerate())
     fds = len(os.listdir("/proc/self/fd"))
     with pytest.raises(bmq.OutboxError) as info:
-        bmq.Session(broker.address, bmq.SessionOptions(outbox_dir=str(bad)))
+        bmq.Session(broker_address, bmq.SessionOptions(outbox_dir=str(bad)))
     assert str(bad) in str(info.value)
     assert isinstance(info.value.__cause__, OSError)
     assert os.strerror(info.value.__cause__.errno) in str(info.value)
