@@ -325,9 +325,9 @@ class Queue:
     # ---- lifecycle ----------------------------------------------------------------
     def configure(self, options: QueueOptions, timeout: Optional[float] = None) -> None:
         """Apply new options (see :meth:`bmq.Session.configure_queue`)."""
-        self._session.configure_queue(self.uri, options, timeout=timeout)
+        self._session._configure_queue(self, options, timeout)
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Close the queue (see :meth:`bmq.Session.close_queue`)."""
-        self._session.close_queue(self.uri, timeout=timeout)
+        self._session._close_queue(self, timeout)
 

@@ -738,6 +738,14 @@ class Session:
             raise QueueStateError(f"{uri} is not open in this session")
         return queue
 
+    def _check_current(self, queue: Queue) -> None:
+        """Refuse to act through a closed Queue object: another one may now be open on its URI,
+        and acting by URI would reach that one instead."""
+        if queue.state == CLOSED:
+            self._check_running()
+            raise QueueStateError(f"{queue.uri}: this Queue object is closed (a queue opened again on the same "
+                                  f"URI is another Queue object: use the one open_queue returned)")
+
     def get_queue(self, uri: str) -> Queue:
         """The open :class:`bmq.Queue` for ``uri``.
 
@@ -752,7 +760,12 @@ class Session:
         Raises:
             QueueStateError: not open. BrokerError, TimeoutError, SessionClosedError.
         """
-        queue = self._lookup(uri)
+        self._configure_queue(self._lookup(uri), options, timeout)
+
+    def _configure_queue(self, queue: Queue, options: QueueOptions, timeout: Optional[float]) -> None:
+        """:meth:`configure_queue` of this very handle (what ``Queue.configure`` calls)."""
+        self._check_current(queue)
+        uri = queue.uri
         timeout = self.options.configure_queue_timeout if timeout is None else timeout
         with self._lock:
             if queue.state not in (OPEN, PENDING):
@@ -771,7 +784,12 @@ class Session:
         Raises:
             QueueStateError: not open. TimeoutError, SessionClosedError.
         """
-        queue = self._lookup(uri)
+        self._close_queue(self._lookup(uri), timeout)
+
+    def _close_queue(self, queue: Queue, timeout: Optional[float]) -> None:
+        """:meth:`close_queue` of this very handle (what ``Queue.close`` calls)."""
+        self._check_current(queue)
+        uri = queue.uri
         timeout = self.options.close_queue_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         with self._lock:

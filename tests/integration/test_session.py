@@ -435,6 +435,20 @@ def test_open_misuse(session):
         session.open_queue(uri, write=True)
 
 
+def test_a_closed_queue_object_never_acts_on_a_newer_queue_of_the_same_uri(session):
+    uri = fresh()
+    old = session.open_queue(uri, read=True, write=True)
+    old.close()
+    new = session.open_queue(uri, read=True, write=True)
+    with pytest.raises(bmq.QueueStateError, match="this Queue object is closed"):
+        old.close()
+    with pytest.raises(bmq.QueueStateError, match="this Queue object is closed"):
+        old.configure(bmq.QueueOptions(max_unconfirmed_messages=1))
+    assert new.is_open and session.get_queue(uri) is new
+    assert new.post(b"still open").status is bmq.AckStatus.SUCCESS
+    assert new.get(timeout=5.0).data == b"still open"
+
+
 @pytest.mark.parametrize("uri, refusal", [
     ("bmq://bmq.test.mem.priority/{}?id=foo", "E_UNKNOWN: AppId should not be specified when opening a non-fanout"),
     ("bmq://bmq.test.mem.fanout/{}", "E_UNKNOWN: Reader of a fanout queue requires an appId to be specified"),
