@@ -5,6 +5,7 @@ import queue as _stdqueue
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
+from ._protocol import queue_flags
 from ._options import QueueOptions
 from ._types import Ack, CompressionAlgorithmType, Message, PropertyType
 from ._uri import QueueUri
@@ -117,7 +118,7 @@ class Queue:
 
     def _handle_parameters(self) -> Dict[str, Any]:
         """The QueueHandleParameters of this handle (FACTS §8.5, §9.1)."""
-        flags = (2 if self.read else 0) | (12 if self.write else 0)
+        flags = queue_flags(self.read, self.write)
         params: Dict[str, Any] = {
             "uri": self.uri,
             "qId": self.queue_id,

@@ -21,6 +21,7 @@ import json
 import logging
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from ._protocol import DEFAULT_APP_ID
 from .exceptions import ProtocolError
 
 __all__ = [
@@ -130,7 +131,7 @@ _SEQUENCES: Dict[str, List[Tuple[Optional[str], str, Any]]] = {
         ("subIdInfo", "SubQueueIdInfo", _OPTIONAL), ("flags", "unsignedLong", _REQUIRED),
         ("readCount", "int", 0), ("writeCount", "int", 0), ("adminCount", "int", 0),
     ],
-    "SubQueueIdInfo": [("subId", "unsignedInt", 0), ("appId", "string", "__default")],
+    "SubQueueIdInfo": [("subId", "unsignedInt", 0), ("appId", "string", DEFAULT_APP_ID)],
     "RoutingConfiguration": [("flags", "unsignedLong", _REQUIRED)],
     "QueueStreamParameters": [
         ("subIdInfo", "SubQueueIdInfo", _OPTIONAL), ("maxUnconfirmedMessages", "long", 0),
@@ -138,7 +139,7 @@ _SEQUENCES: Dict[str, List[Tuple[Optional[str], str, Any]]] = {
         ("consumerPriorityCount", "int", 0),
     ],
     "StreamParameters": [
-        ("appId", "string", "__default"), ("subscriptions", "Subscription[]", _REQUIRED),
+        ("appId", "string", DEFAULT_APP_ID), ("subscriptions", "Subscription[]", _REQUIRED),
     ],
     "Subscription": [
         ("sId", "unsignedInt", _REQUIRED), ("expression", "Expression", _REQUIRED),

@@ -19,6 +19,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional
 
 from . import _codec, _properties, _schema
 from . import events as ev
+from ._protocol import CLIENT_FEATURES, DEFAULT_APP_ID, FEATURE_MESSAGE_PROPERTIES, MESSAGE_PROPERTIES_EX
 from ._dispatch import Dispatcher, fail_future, resolve_future
 from ._options import QueueOptions, SessionOptions, _compression
 from ._outbox import Outbox, OutboxRecord
@@ -47,7 +48,6 @@ __all__ = ["Session"]
 logger = logging.getLogger(__name__)
 
 _STARTING, _STARTED, _RECONNECTING, _STOPPING, _STOPPED = "starting", "started", "reconnecting", "stopping", "stopped"
-_FEATURES = "PROTOCOL_ENCODING:JSON;MPS:MESSAGE_PROPERTIES_EX"
 _SDK_VERSION = 100  # bmq 0.1.0 as major*10000 + minor*100 + patch
 _JSON = _codec.ENCODING_JSON
 _ACK_REQUESTED = _codec.PUT_ACK_REQUESTED
@@ -256,7 +256,7 @@ class Session:
                 "pid": os.getpid(),
                 "sessionId": self._id,
                 "hostName": "",
-                "features": _FEATURES,
+                "features": CLIENT_FEATURES,
                 "clusterName": "",
                 "clusterNodeId": -1,
                 "sdkLanguage": "E_UNKNOWN",
@@ -296,7 +296,7 @@ class Session:
                     f"{result.get('code')} {result.get('message', '')!r}"
                 )
             features = _schema.parse_features(response.get("brokerIdentity", {}).get("features", ""))
-            conn.new_style_properties = "MESSAGE_PROPERTIES_EX" in features.get("MPS", ())
+            conn.new_style_properties = MESSAGE_PROPERTIES_EX in features.get(FEATURE_MESSAGE_PROPERTIES, ())
             interval = response.get("heartbeatIntervalMs", 3000) / 1000.0
             transport.set_heartbeat(interval, int(response.get("maxMissedHeartbeats", 10)))
         except BaseException:
@@ -699,7 +699,7 @@ class Session:
         }
         expressions = [("E_VERSION_1", text) for text in options.subscriptions] or [("E_UNDEFINED", "")]
         return {
-            "appId": queue.app_id or "__default",
+            "appId": queue.app_id or DEFAULT_APP_ID,
             "subscriptions": [
                 {"sId": sid, "expression": {"version": version, "text": text}, "consumers": [consumer]}
                 for sid, (version, text) in zip(ids, expressions)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, List, Optional
 
+from .._protocol import ACK_UNKNOWN
+
 if TYPE_CHECKING:  # pragma: no cover
     from ._server import Broker, ClientSession
 
@@ -43,7 +45,7 @@ class Faults:
         self.refusing_negotiation = False
         self.heartbeats_stopped = False
         self._nack_remaining = 0
-        self._nack_status = 5
+        self._nack_status = ACK_UNKNOWN
 
     def _sessions(self, client_id: Optional[int]) -> List["ClientSession"]:
         sessions = self._broker._sessions_snapshot()
@@ -108,7 +110,7 @@ class Faults:
         """Send every ACK event ``seconds`` late (0 restores prompt ACKs)."""
         self.ack_delay = max(0.0, float(seconds))
 
-    def nack_next(self, n: int, status: int = 5) -> None:
+    def nack_next(self, n: int, status: int = ACK_UNKNOWN) -> None:
         """NACK the next ``n`` PUT messages (any client) with wire ``status`` without storing them.
 
         Args:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from .. import _codec, _uri
+from .._protocol import ACK_LIMIT_BYTES, ACK_LIMIT_MESSAGES, ACK_SUCCESS, DEFAULT_APP_ID
 from ..exceptions import InvalidURIError
 from ._subscriptions import Expression, ExpressionError
 
@@ -23,21 +24,14 @@ __all__ = [
     "Queue",
     "StatusError",
     "parse_uri",
-    "DEFAULT_APP_ID",
     "INVALID_PRIORITY",
 ]
 
-DEFAULT_APP_ID = "__default"
 INVALID_PRIORITY = -(2**31)  # consumerPriority of a deconfigured ("not a consumer") stream
 
 # RoutingConfiguration flags the real broker's queue engines report (FACTS §9.2).
 _ROUTING_FLAGS = {"priority": 2, "fanout": 10, "broadcast": 7}
 
-# Wire ACK statuses (FACTS §3.3).
-ACK_SUCCESS = 0
-ACK_LIMIT_MESSAGES = 1
-ACK_LIMIT_BYTES = 2
-ACK_UNKNOWN = 5
 
 class StatusError(Exception):
     """A control request the broker answers with a failure ``status``.

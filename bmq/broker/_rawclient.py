@@ -16,6 +16,7 @@ import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .. import _codec, _schema
+from .._protocol import DEFAULT_APP_ID, FEATURE_MESSAGE_PROPERTIES, MESSAGE_PROPERTIES_EX, queue_flags
 
 __all__ = ["RawClient"]
 
@@ -79,7 +80,7 @@ class RawClient:
             "pid": os.getpid(),
             "sessionId": 1,
             "hostName": "",
-            "features": f"PROTOCOL_ENCODING:{encodings};MPS:MESSAGE_PROPERTIES_EX",
+            "features": f"PROTOCOL_ENCODING:{encodings};{FEATURE_MESSAGE_PROPERTIES}:{MESSAGE_PROPERTIES_EX}",
             "clusterName": "",
             "clusterNodeId": -1,
             "sdkLanguage": "E_UNKNOWN",
@@ -188,7 +189,7 @@ class RawClient:
         params: Dict[str, Any] = {
             "uri": uri,
             "qId": q_id,
-            "flags": (2 if read else 0) | (12 if write else 0),
+            "flags": queue_flags(read, write),
             "readCount": int(read),
             "writeCount": int(write),
             "adminCount": 0,
@@ -201,7 +202,7 @@ class RawClient:
         self,
         q_id: int,
         *,
-        app_id: str = "__default",
+        app_id: str = DEFAULT_APP_ID,
         subscriptions: Sequence[Tuple[int, str, int]] = ((0, "", 0),),
         max_messages: int = 1000,
         max_bytes: int = 32 * 1024 * 1024,
@@ -228,7 +229,7 @@ class RawClient:
         reply, body, _ = self.request("configureStream", {"qId": q_id, "streamParameters": params})
         return reply, body
 
-    def configure_old(self, q_id: int, *, max_messages: int = 1000, max_bytes: int = 32 * 1024 * 1024, priority: int = 0, sub_id: Optional[int] = None, app_id: str = "__default") -> Tuple[str, Dict[str, Any]]:
+    def configure_old(self, q_id: int, *, max_messages: int = 1000, max_bytes: int = 32 * 1024 * 1024, priority: int = 0, sub_id: Optional[int] = None, app_id: str = DEFAULT_APP_ID) -> Tuple[str, Dict[str, Any]]:
         """The older ConfigureQueueStream."""
         params: Dict[str, Any] = {
             "maxUnconfirmedMessages": max_messages,

@@ -24,11 +24,11 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .. import _codec, _schema
+from .._protocol import ACK_UNKNOWN, DEFAULT_APP_ID, FEATURE_MESSAGE_PROPERTIES, MESSAGE_PROPERTIES_EX
 from ..exceptions import ProtocolError
 from ._connection import ClientSession, Scheduler, shutdown_socket
 from ._faults import Faults
 from ._queues import (
-    DEFAULT_APP_ID,
     DEFAULT_DOMAINS,
     Domain,
     Queue,
@@ -393,7 +393,8 @@ class Broker:
         features = identity.get("features", "") or ""
         session.client_identity = identity
         session.encoding = _schema.best_encoding(features)
-        session.reads_new_properties = "MESSAGE_PROPERTIES_EX" in _schema.parse_features(features).get("MPS", ())
+        session.reads_new_properties = MESSAGE_PROPERTIES_EX in _schema.parse_features(features).get(
+            FEATURE_MESSAGE_PROPERTIES, ())
         session.guid_generating = bool((identity.get("guidInfo") or {}).get("clientId"))
         status, deprecated = _version_status(identity)
         if self.faults.refusing_negotiation:
@@ -665,17 +666,17 @@ class Broker:
                 guid = _ZERO_GUID
             handle = handles.get(q_id)
             if handle is None or handle.write_count <= 0:
-                status = 5
+                status = ACK_UNKNOWN
             elif not session.guid_generating:
                 guid = self._guids.next()
                 status = 0
             elif guid == _ZERO_GUID:
-                status = 5
+                status = ACK_UNKNOWN
             else:
                 status = 0
             if status == 0 and check_crc and _codec.crc32c(app_data) != crc:
                 logger.warning("client %s: PUT %s has a bad CRC32-C, NACKing", session.peer, guid.hex())
-                status = 5
+                status = ACK_UNKNOWN
             if status == 0:
                 status = take_nack()
             if status == 0:
