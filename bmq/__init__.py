@@ -17,8 +17,8 @@ the session's dispatcher thread and may call any session method.
 Reliability: a lost connection is re-established (:class:`ReconnectPolicy`), queues are
 reopened and unacknowledged posts re-sent with their original GUIDs, so the broker keeps each
 message once. ``SessionOptions(outbox_dir=...)`` also keeps unacknowledged posts on disk
-(zstd-compressed segments) for the next process; they survive a killed process, and with
-``outbox_fsync=True`` a power loss too, at the cost of one disk flush per post call.
+(zstd-compressed segments) for the next process; they survive a killed process, and with the
+default ``outbox_fsync="batch"`` a power loss too, at the cost of one disk flush per post call.
 Confirms are never buffered: while reconnecting they are dropped and the broker redelivers.
 """
 import logging
@@ -45,12 +45,12 @@ from ._options import QueueOptions, ReconnectPolicy, SessionOptions
 from ._queue import Queue
 from ._session import Session
 from ._uri import QueueUri, parse_uri
+from ._version import __version__
 from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, PropertyType
 from .exceptions import *  # noqa: F401,F403
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__version__ = "0.1.0"
 __all__ = [
     "Session",
     "Queue",

@@ -19,6 +19,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional
 
 from . import _codec, _properties, _schema
 from . import events as ev
+from ._version import __version__
 from ._protocol import CLIENT_FEATURES, DEFAULT_APP_ID, FEATURE_MESSAGE_PROPERTIES, MESSAGE_PROPERTIES_EX
 from ._dispatch import Dispatcher, fail_future, resolve_future
 from ._options import QueueOptions, SessionOptions, _compression
@@ -48,7 +49,8 @@ __all__ = ["Session"]
 logger = logging.getLogger(__name__)
 
 _STARTING, _STARTED, _RECONNECTING, _STOPPING, _STOPPED = "starting", "started", "reconnecting", "stopping", "stopped"
-_SDK_VERSION = 100  # bmq 0.1.0 as major*10000 + minor*100 + patch
+# ClientIdentity.sdkVersion: major*10000 + minor*100 + patch.
+_SDK_VERSION = sum(int(part) * scale for part, scale in zip(__version__.split(".")[:3], (10000, 100, 1)))
 _JSON = _codec.ENCODING_JSON
 _ACK_REQUESTED = _codec.PUT_ACK_REQUESTED
 _EVENT_ACK = _codec.EVENT_ACK
@@ -246,7 +248,7 @@ class Session:
 
     # ---- connection -----------------------------------------------------------------
     def _client_identity(self) -> Dict[str, Any]:
-        user_agent = f"{self.options.user_agent} bmq-python:0.1.0".strip()
+        user_agent = f"{self.options.user_agent} bmq-python:{__version__}".strip()
         return {
             "clientIdentity": {
                 "protocolVersion": 1,

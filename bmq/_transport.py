@@ -94,7 +94,6 @@ class Transport:
         self._queued = 0  # bytes queued or being written by the writer thread
         self._writing = False  # a thread is inside a socket write: the others queue
         self._closed = False
-        self.failure: Optional[BaseException] = None
         self._heartbeat_interval: Optional[float] = None
         self._max_missed = 0
         self._reader: Optional[threading.Thread] = None
@@ -303,7 +302,6 @@ class Transport:
         if cause is not None and exc.__cause__ is None:
             exc.__cause__ = cause
         if self._shutdown():
-            self.failure = exc
             logger.warning("connection to %s:%s lost: %s", self.address[0], self.address[1], exc)
             self._on_failure(exc)
 

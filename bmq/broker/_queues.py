@@ -312,19 +312,6 @@ class Queue:
         self._values.pop(guid, None)
         self.bytes -= len(self.messages.pop(guid)[_APP_DATA])
 
-    def clear(self) -> None:
-        """Drop every message (restart without keeping queue contents)."""
-        self.messages.clear()
-        self._refs.clear()
-        self._values.clear()
-        self.bytes = 0
-        self._dedup.clear()
-        self._dedup_order.clear()
-        for app in self.apps.values():
-            app.pending.clear()
-            app.redelivery.clear()
-            app.outstanding.clear()
-
     def held_messages(self, app_id: Optional[str]) -> List[StoredMessage]:
         """Messages held for ``app_id`` (all held messages when None), oldest first."""
         if app_id is None:
