@@ -46,7 +46,7 @@ from ._queue import Queue
 from ._session import Session
 from ._uri import QueueUri, parse_uri
 from ._version import __version__
-from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, PropertyType
+from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, PropertyType, QueueState, SessionState
 from .exceptions import *  # noqa: F401,F403
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -58,6 +58,8 @@ __all__ = [
     "Ack",
     "AckStatus",
     "PropertyType",
+    "QueueState",
+    "SessionState",
     "CompressionAlgorithmType",
     "SessionOptions",
     "QueueOptions",

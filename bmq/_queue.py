@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List,
 
 from ._protocol import queue_flags
 from ._options import QueueOptions
-from ._types import Ack, CompressionAlgorithmType, Message, PropertyType
+from ._types import Ack, CompressionAlgorithmType, Message, PropertyType, QueueState
 from ._uri import QueueUri
 from .exceptions import ArgumentTypeError, PostError, QueueStateError
 
@@ -16,8 +16,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Queue"]
 
-# Queue states (FACTS §11.2, simplified): PENDING = open but waiting for a reopen.
-OPENING, OPEN, PENDING, CLOSING, CLOSED = "opening", "open", "pending", "closing", "closed"
 
 _CLOSED_SENTINEL = object()
 
@@ -56,7 +54,8 @@ class Queue:
         write: opened for writing.
         queue_id: the qId used on the wire (one per canonical URI in the session).
         sub_id: the subQueueId (non-zero for a fan-out reader with ``?id=``).
-        state: "opening", "open", "pending" (waiting for a reopen), "closing" or "closed".
+        state: a :class:`bmq.QueueState` (a ``str`` enum: ``"opening"``, ``"open"``, ``"pending"``
+            (waiting for a reopen), ``"closing"`` or ``"closed"``).
         suspended: True while suspended for bad host health.
         subscription_ids: the subscription ids (sIds) of the last configure.
 
@@ -85,7 +84,7 @@ class Queue:
         self._on_message = on_message
         self.queue_id = queue_id
         self.sub_id = sub_id
-        self.state = OPENING
+        self.state = QueueState.OPENING
         self.suspended = False
         self.subscription_ids: List[int] = []
         self._inbox: "_stdqueue.SimpleQueue[Any]" = _stdqueue.SimpleQueue()
@@ -98,7 +97,7 @@ class Queue:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        if self.state != CLOSED:
+        if self.state != QueueState.CLOSED:
             self.close()
 
     @property
@@ -109,7 +108,7 @@ class Queue:
     @property
     def is_open(self) -> bool:
         """True until the queue is closed (also while it is being reopened after a reconnect)."""
-        return self.state in (OPEN, PENDING)
+        return self.state in (QueueState.OPEN, QueueState.PENDING)
 
     @property
     def app_id(self) -> Optional[str]:
@@ -278,7 +277,7 @@ class Queue:
         """
         if not self.read or self._on_message is not None:
             raise QueueStateError(f"{self.uri}: get() needs a queue opened with read=True and no on_message")
-        if self.state == CLOSED:
+        if self.state == QueueState.CLOSED:
             raise QueueStateError(f"{self.uri} is closed")
         try:
             item = self._inbox.get(timeout=timeout)
@@ -296,7 +295,7 @@ class Queue:
         Args:
             timeout: seconds of silence that end the iteration; None never ends it by time.
         """
-        while self.state != CLOSED:
+        while self.state != QueueState.CLOSED:
             try:
                 message = self.get(timeout)
             except QueueStateError:
@@ -320,7 +319,7 @@ class Queue:
             self._session._dispatch(self._on_message, message)
 
     def _mark_closed(self) -> None:
-        self.state = CLOSED
+        self.state = QueueState.CLOSED
         self._inbox.put(_CLOSED_SENTINEL)
 
     # ---- lifecycle ----------------------------------------------------------------

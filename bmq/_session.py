@@ -25,9 +25,9 @@ from ._dispatch import Dispatcher, fail_future, resolve_future
 from ._options import QueueOptions, SessionOptions, _compression
 from ._outbox import Outbox, OutboxRecord
 from ._puts import Batch, PendingPuts
-from ._queue import CLOSED, CLOSING, OPEN, OPENING, PENDING, Queue
+from ._queue import Queue
 from ._transport import Transport, parse_broker_address
-from ._types import Ack, AckStatus, Message
+from ._types import Ack, AckStatus, Message, QueueState, SessionState
 from ._uri import parse_uri
 from .exceptions import (
     BrokerError,
@@ -48,7 +48,6 @@ __all__ = ["Session"]
 
 logger = logging.getLogger(__name__)
 
-_STARTING, _STARTED, _RECONNECTING, _STOPPING, _STOPPED = "starting", "started", "reconnecting", "stopping", "stopped"
 # ClientIdentity.sdkVersion: major*10000 + minor*100 + patch.
 _SDK_VERSION = sum(int(part) * scale for part, scale in zip(__version__.split(".")[:3], (10000, 100, 1)))
 _JSON = _codec.ENCODING_JSON
@@ -176,7 +175,7 @@ class Session:
         self._guids = _codec.GuidGenerator(self._id)
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
-        self._state = _STARTING
+        self._state = SessionState.STARTING
         self._stop_started = False
         self._conn: Optional[_Connection] = None  # negotiated, current: control traffic
         self._generation = 0  # connections adopted so far
@@ -219,9 +218,9 @@ class Session:
             conn = self._connect(options.connect_timeout)
             with self._lock:
                 self._adopt(conn)
-                self._state = _STARTED
+                self._state = SessionState.STARTED
         except BaseException:
-            self._state = _STOPPED
+            self._state = SessionState.STOPPED
             self._dispatcher.stop()
             if self._outbox is not None:
                 self._outbox.close()
@@ -335,10 +334,10 @@ class Session:
                     del self._requests[rid]
                     fail_future(request.future, lost)
             for queue in self._queues.values():
-                if queue.state == OPEN:
-                    queue.state = PENDING
-            if self._state == _STARTED:
-                self._state = _RECONNECTING
+                if queue.state == QueueState.OPEN:
+                    queue.state = QueueState.PENDING
+            if self._state == SessionState.STARTED:
+                self._state = SessionState.RECONNECTING
             self._wake.notify_all()
         if not isinstance(exc, ConnectionError):
             self._emit(ev.Error(f"bad data from the broker, connection dropped: {exc!r}"))
@@ -355,7 +354,8 @@ class Session:
     def _supervise(self) -> None:
         while True:
             with self._lock:
-                while self._state not in (_RECONNECTING, _STOPPING, _STOPPED):
+                while self._state not in (SessionState.RECONNECTING, SessionState.STOPPING,
+                                          SessionState.STOPPED):
                     self._wake.wait()
                 if self._stopping():
                     return
@@ -370,7 +370,7 @@ class Session:
             self._puts.expire()
 
     def _stopping(self) -> bool:
-        return self._state in (_STOPPING, _STOPPED)
+        return self._state in (SessionState.STOPPING, SessionState.STOPPED)
 
     def _reconnect(self) -> None:
         policy = self.options.reconnect
@@ -380,8 +380,8 @@ class Session:
                 logger.warning("giving up reconnecting to %s after %d attempt(s)", self.broker, attempt)
                 self._emit(ev.Error(f"could not reconnect to {self.broker}; session stopped"))
                 with self._lock:
-                    if self._state == _RECONNECTING:
-                        self._state = _STOPPING
+                    if self._state == SessionState.RECONNECTING:
+                        self._state = SessionState.STOPPING
                 threading.Thread(target=self.stop, name=f"bmq-stopper-{self._id}", daemon=True).start()
                 return
             with self._lock:
@@ -404,7 +404,7 @@ class Session:
                     self._adopt(conn)
                 except ConnectionLost:
                     continue
-                to_reopen = [queue for queue in self._queues.values() if queue.state == PENDING]
+                to_reopen = [queue for queue in self._queues.values() if queue.state == QueueState.PENDING]
                 # A configure buffered for a queue being reopened names a qId the new
                 # connection does not know yet: it goes after the reopen (so its options win).
                 reopening = {id(queue) for queue in to_reopen}
@@ -439,8 +439,8 @@ class Session:
                 attempt = 0
                 continue
             with self._lock:
-                if self._conn is conn and self._state == _RECONNECTING:
-                    self._state = _STARTED
+                if self._conn is conn and self._state == SessionState.RECONNECTING:
+                    self._state = SessionState.STARTED
             self._emit(ev.StateRestored())
             return
 
@@ -453,7 +453,7 @@ class Session:
             with self._lock:
                 if self._requests.get(rid) is not request:
                     continue  # its caller timed out meanwhile
-                reopened = queue.state == OPEN
+                reopened = queue.state == QueueState.OPEN
                 if not reopened:
                     del self._requests[rid]
             if reopened:
@@ -476,8 +476,8 @@ class Session:
             self._emit(ev.QueueReopenFailed(queue.uri, str(e)))
             return
         with self._lock:
-            if queue.state == PENDING:
-                queue.state = OPEN
+            if queue.state == QueueState.PENDING:
+                queue.state = QueueState.OPEN
         self._emit(ev.QueueReopened(queue.uri))
 
     # ---- events ---------------------------------------------------------------------
@@ -524,7 +524,7 @@ class Session:
 
     # ---- control requests -------------------------------------------------------------
     def _check_running(self) -> None:
-        if self._state in (_STOPPING, _STOPPED):
+        if self._state in (SessionState.STOPPING, SessionState.STOPPED):
             raise SessionClosedError(f"session to {self.broker} is stopped")
 
     def _request(self, body: Dict[str, Any], *, buffered: bool, stopping: bool = False,
@@ -534,7 +534,7 @@ class Session:
         ``queue``: the queue a ConfigureStream is for."""
         future: "Future[Dict[str, Any]]" = Future()
         with self._lock:
-            if not (stopping and self._state == _STOPPING):
+            if not (stopping and self._state == SessionState.STOPPING):
                 self._check_running()
             rid = next(self._rids)
             message = {"rId": rid}
@@ -665,8 +665,8 @@ class Session:
             self._forget_queue(queue, AckStatus.CANCELED)
             raise
         with self._lock:
-            if queue.state == OPENING:
-                queue.state = OPEN if self._conn is not None else PENDING
+            if queue.state == QueueState.OPENING:
+                queue.state = QueueState.OPEN if self._conn is not None else QueueState.PENDING
         logger.info("opened %s", queue)
         if write and self._recovered:
             self._resend_recovered(queue)
@@ -743,7 +743,7 @@ class Session:
     def _check_current(self, queue: Queue) -> None:
         """Refuse to act through a closed Queue object: another one may now be open on its URI,
         and acting by URI would reach that one instead."""
-        if queue.state == CLOSED:
+        if queue.state == QueueState.CLOSED:
             self._check_running()
             raise QueueStateError(f"{queue.uri}: this Queue object is closed (a queue opened again on the same "
                                   f"URI is another Queue object: use the one open_queue returned)")
@@ -770,9 +770,9 @@ class Session:
         uri = queue.uri
         timeout = self.options.configure_queue_timeout if timeout is None else timeout
         with self._lock:
-            if queue.state not in (OPEN, PENDING):
+            if queue.state not in (QueueState.OPEN, QueueState.PENDING):
                 raise QueueStateError(f"{uri} is {queue.state}")
-            if queue.state == PENDING or not queue.read or queue.suspended:
+            if queue.state == QueueState.PENDING or not queue.read or queue.suspended:
                 # Nothing to send now: the reopen (or the resume) applies the latest options.
                 queue._options = options
                 return
@@ -795,10 +795,10 @@ class Session:
         timeout = self.options.close_queue_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         with self._lock:
-            if queue.state in (CLOSING, CLOSED):
+            if queue.state in (QueueState.CLOSING, QueueState.CLOSED):
                 raise QueueStateError(f"{uri} is already {queue.state}")
-            connected = queue.state == OPEN and self._conn is not None
-            queue.state = CLOSING
+            connected = queue.state == QueueState.OPEN and self._conn is not None
+            queue.state = QueueState.CLOSING
         try:
             if connected:
                 if queue.read and queue.subscription_ids:
@@ -888,7 +888,7 @@ class Session:
         ``single`` names the payload ``data`` (post) rather than ``payloads[i]`` in errors."""
         if not queue.write:
             raise QueueStateError(f"{queue.uri} was not opened with write=True")
-        if queue.state not in (OPEN, PENDING):
+        if queue.state not in (QueueState.OPEN, QueueState.PENDING):
             self._check_running()
             raise QueueStateError(f"{queue.uri} is {queue.state}")
         if queue.suspended:
@@ -991,7 +991,7 @@ class Session:
             queue = message._queue
             if queue._session is not self:
                 raise QueueStateError(f"a message of {queue.uri} from another session cannot be confirmed here")
-            if queue.state == CLOSED:
+            if queue.state == QueueState.CLOSED:
                 raise QueueStateError(f"{queue.uri} is closed: cannot confirm")
             items.append((queue.queue_id, message.guid, queue.sub_id))
         conn = self._conn
@@ -1040,7 +1040,7 @@ class Session:
     @property
     def is_running(self) -> bool:
         """True from a successful construction until :meth:`stop`."""
-        return self._state not in (_STOPPING, _STOPPED)
+        return self._state not in (SessionState.STOPPING, SessionState.STOPPED)
 
     def stop(self, timeout: Optional[float] = None) -> None:
         """Disconnect and stop every thread; idempotent and bounded.
@@ -1057,9 +1057,9 @@ class Session:
         with self._lock:
             first = not self._stop_started
             self._stop_started = True
-            conn = self._conn if self._state == _STARTED else None
-            if self._state != _STOPPED:
-                self._state = _STOPPING
+            conn = self._conn if self._state == SessionState.STARTED else None
+            if self._state != SessionState.STOPPED:
+                self._state = SessionState.STOPPING
             self._wake.notify_all()
         if not first:
             if threading.current_thread() not in self._own_threads():
@@ -1082,7 +1082,7 @@ class Session:
 
     def _shutdown(self, deadline: float) -> None:
         with self._lock:
-            self._state = _STOPPED
+            self._state = SessionState.STOPPED
             if self._connecting is not None:
                 self._connecting.abort()
             conn, self._conn = self._conn, None

@@ -52,6 +52,40 @@ ACK_STATUS_FROM_WIRE: Tuple[AckStatus, ...] = (
 ) + (AckStatus.UNKNOWN,) * 8
 
 
+class _StateEnum(str, Enum):
+    """A state whose value is the lower-case string bmq used before the enum (so ``state ==
+    "open"`` keeps working) and which prints as that string."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class QueueState(_StateEnum):
+    """Life of a :class:`bmq.Queue` (the official SDK's queue states, simplified).
+
+    PENDING: open for the application, waiting to be reopened after a reconnect.
+    """
+
+    OPENING = "opening"
+    OPEN = "open"
+    PENDING = "pending"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class SessionState(_StateEnum):
+    """Life of a :class:`bmq.Session`."""
+
+    STARTING = "starting"
+    STARTED = "started"
+    RECONNECTING = "reconnecting"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
 class PropertyType(IntEnum):
     """The seven message property types (values are the wire codes, FACTS §6.2)."""
 
