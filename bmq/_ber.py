@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Generator, Mapping, Optional, Tuple
 
-from ._schema import (
-    _CHOICE_BY_NAME, _CHOICES, _ENUM_BY_VALUE, _ENUMS, _FIELDS, _INT_RANGES, _check_keys,
-    _check_scalar, _selection_of,
+from ._ctrlmsg import (
+    CHOICES, CHOICE_BY_NAME, ENUMS, ENUM_BY_VALUE, FIELDS, INT_RANGES, check_keys, check_scalar, selection_of,
 )
 from .exceptions import ProtocolError
 _CONTEXT = 2  # tag class of every element below the top level
@@ -50,11 +49,11 @@ def _ber_int(value: int) -> bytes:
 
 
 def _ber_primitive(buf: bytearray, tag: int, value: Any, type_name: str, where: str) -> None:
-    value = _check_scalar(value, type_name, where)
-    if type_name in _INT_RANGES:
+    value = check_scalar(value, type_name, where)
+    if type_name in INT_RANGES:
         content = _ber_int(value)
-    elif type_name in _ENUMS:
-        content = _ber_int(_ENUMS[type_name][value])
+    elif type_name in ENUMS:
+        content = _ber_int(ENUMS[type_name][value])
     elif type_name == "boolean":
         content = b"\x01" if value else b"\x00"
     elif type_name == "string":
@@ -68,11 +67,11 @@ def _ber_primitive(buf: bytearray, tag: int, value: Any, type_name: str, where: 
 
 
 def _ber_sequence_content(buf: bytearray, msg: Mapping, seq: str) -> None:
-    _check_keys(msg, seq)
-    for f in _FIELDS[seq]:
+    check_keys(msg, seq)
+    for f in FIELDS[seq]:
         if f.name is None:
-            name, value = _selection_of(msg, f.type)
-            sel, type_name = _CHOICE_BY_NAME[f.type][name]
+            name, value = selection_of(msg, f.type)
+            sel, type_name = CHOICE_BY_NAME[f.type][name]
             buf += bytes((0xA0 | f.tag, 0x80))
             _ber_element(buf, sel, value, type_name, name)
             buf += b"\0\0"
@@ -94,7 +93,7 @@ def _ber_sequence_content(buf: bytearray, msg: Mapping, seq: str) -> None:
 
 
 def _ber_element(buf: bytearray, tag: int, value: Any, type_name: str, where: str) -> None:
-    if type_name in _FIELDS:
+    if type_name in FIELDS:
         buf += bytes((0xA0 | tag, 0x80))
         _ber_sequence_content(buf, value, type_name)
         buf += b"\0\0"
@@ -212,7 +211,7 @@ class _BerDecoder:
     def sequence(self, start: int, stop: Optional[int], end: int, seq: str, depth: int) -> Tuple[dict, int]:
         if depth > _MAX_DEPTH:
             raise self._fail("elements nested too deeply", start)
-        by_tag = {f.tag: f for f in _FIELDS[seq]}
+        by_tag = {f.tag: f for f in FIELDS[seq]}
         found: Dict[int, Any] = {}
         it = self.children(start, stop, end)
         limit = end if stop is None else stop
@@ -232,7 +231,7 @@ class _BerDecoder:
             else:
                 found[f.tag] = self.value(cstart, cstop, limit, f.type, constructed, depth + 1, f.name)
         out: dict = {}
-        for f in _FIELDS[seq]:
+        for f in FIELDS[seq]:
             if f.tag not in found:
                 if f.name is None:
                     raise self._fail(f"{seq}: no {f.type} selection", start)
@@ -246,7 +245,7 @@ class _BerDecoder:
     def choice(self, start: int, stop: Optional[int], end: int, choice: str, constructed: bool, depth: int) -> dict:
         if not constructed:
             raise self._fail(f"{choice} is not constructed", start)
-        sels = _CHOICES[choice]
+        sels = CHOICES[choice]
         result: Optional[dict] = None
         limit = end if stop is None else stop
         for cls, sub_constructed, tag, cstart, cstop in self.children(start, stop, end):
@@ -275,7 +274,7 @@ class _BerDecoder:
 
     def value(self, start: int, stop: Optional[int], end: int, type_name: str, constructed: bool,
               depth: int, where: str) -> Any:
-        if type_name in _FIELDS:
+        if type_name in FIELDS:
             if not constructed:
                 raise self._fail(f"{where} is not constructed", start)
             return self.sequence(start, stop, end, type_name, depth)[0]
@@ -293,12 +292,12 @@ class _BerDecoder:
         if not 1 <= len(content) <= 9:
             raise self._fail(f"{where}: integer of {len(content)} octets", start)
         number = int.from_bytes(content, "big", signed=True)
-        if type_name in _ENUMS:
-            name = _ENUM_BY_VALUE[type_name].get(number)
+        if type_name in ENUMS:
+            name = ENUM_BY_VALUE[type_name].get(number)
             if name is None:
                 raise self._fail(f"{where}: {number} is not a {type_name}", start)
             return name
-        low, high = _INT_RANGES[type_name]
+        low, high = INT_RANGES[type_name]
         if not low <= number <= high:
             raise self._fail(f"{where}: {number} out of range for {type_name}", start)
         return number

@@ -6,8 +6,8 @@ names (``"E_SUCCESS"``), integers as ``int``, booleans as ``bool``, strings as `
 base64Binary as ``bytes``. A ControlMessage carries its choice next to ``rId``:
 ``{"rId": 3, "openQueue": {...}}``; the other two kinds are one-key dicts.
 
-The schema is one declarative table (``_SEQUENCES``/``_CHOICES``/``_ENUMS``) that both
-encodings walk. Encoders write exactly the elements present in the dict (callers decide
+The schema is one declarative table (:mod:`bmq._ctrlmsg`) that this JSON codec and the BER
+codec (:mod:`bmq._ber`) both walk; neither imports the other's internals. Encoders write exactly the elements present in the dict (callers decide
 defaults; :func:`with_defaults` fills them the way bmqbrkr does). Decoders return only the
 elements present on the wire and raise only :class:`~bmq.exceptions.ProtocolError`.
 
@@ -21,7 +21,11 @@ import json
 import logging
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ._protocol import DEFAULT_APP_ID
+from ._ber import decode as _ber_decode, encode as _ber_encode
+from ._ctrlmsg import (
+    KIND_AUTHENTICATION, KIND_CONTROL, KIND_NEGOTIATION, ALL_SELECTIONS, CHOICE_BY_NAME, ENUMS, ENUM_BY_VALUE,
+    FIELDS, INT_RANGES, check_int, check_keys, check_kind, check_scalar, selection_of,
+)
 from .exceptions import ProtocolError
 
 __all__ = [
@@ -43,238 +47,11 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-KIND_NEGOTIATION = "negotiation"
-KIND_CONTROL = "control"
-KIND_AUTHENTICATION = "authentication"
 
 # Same values as bmq._codec.ENCODING_*; repeated here so that the schema layer works (and
 # is testable) without the compiled extension.
 ENCODING_BER = 0
 ENCODING_JSON = 1
-
-# ---------------------------------------------------------------------------------------
-# The schema (bmqp_ctrlmsg.xsd, the part a client or a single-node broker uses).
-#
-# A sequence is a list of elements in XSD order; an element's position is its BER context
-# tag. Each element is (name, type, default) where default is _REQUIRED (no XSD default:
-# a default-constructed value is assumed by with_defaults), _OPTIONAL (minOccurs=0) or the
-# XSD default value. A type ending in "[]" is an unbounded array. A name of None marks an
-# anonymous choice, whose selection appears flattened in JSON.
-# ---------------------------------------------------------------------------------------
-_REQUIRED = object()
-_OPTIONAL = object()
-
-_ENUMS: Dict[str, Dict[str, int]] = {
-    "StatusCategory": {
-        "E_SUCCESS": 0, "E_UNKNOWN": -1, "E_TIMEOUT": -2, "E_NOT_CONNECTED": -3,
-        "E_CANCELED": -4, "E_NOT_SUPPORTED": -5, "E_REFUSED": -6,
-        "E_INVALID_ARGUMENT": -7, "E_NOT_READY": -8,
-    },
-    "ClientType": {"E_UNKNOWN": 0, "E_TCPCLIENT": 1, "E_TCPBROKER": 2, "E_TCPADMIN": 3},
-    "ClientLanguage": {"E_UNKNOWN": 0, "E_CPP": 1, "E_JAVA": 2},
-    "ExpressionVersion": {"E_UNDEFINED": 0, "E_VERSION_1": 1},
-}
-
-_SEQUENCES: Dict[str, List[Tuple[Optional[str], str, Any]]] = {
-    # top-level messages
-    "NegotiationMessage": [(None, "NegotiationChoice", _REQUIRED)],
-    "ControlMessage": [("rId", "int", _OPTIONAL), (None, "ControlChoice", _REQUIRED)],
-    "AuthenticationMessage": [(None, "AuthenticationChoice", _REQUIRED)],
-    # negotiation
-    "ClientIdentity": [
-        ("protocolVersion", "int", _REQUIRED), ("sdkVersion", "int", 999999),
-        ("clientType", "ClientType", _REQUIRED), ("processName", "string", ""),
-        ("pid", "int", 0), ("sessionId", "int", 1), ("hostName", "string", ""),
-        ("features", "string", ""), ("clusterName", "string", ""),
-        ("clusterNodeId", "int", -1), ("sdkLanguage", "ClientLanguage", "E_CPP"),
-        ("guidInfo", "GuidInfo", _REQUIRED), ("userAgent", "string", ""),
-    ],
-    "GuidInfo": [("clientId", "string", ""), ("nanoSecondsFromEpoch", "long", 0)],
-    "BrokerResponse": [
-        ("result", "Status", _REQUIRED), ("protocolVersion", "int", _REQUIRED),
-        ("brokerVersion", "int", _REQUIRED), ("isDeprecatedSdk", "boolean", False),
-        ("brokerIdentity", "ClientIdentity", _REQUIRED),
-        ("heartbeatIntervalMs", "int", 3000), ("maxMissedHeartbeats", "int", 10),
-    ],
-    "DummyType": [],
-    # control
-    "Status": [
-        ("category", "StatusCategory", _REQUIRED), ("code", "int", _REQUIRED),
-        ("message", "string", ""),
-    ],
-    "Disconnect": [],
-    "DisconnectResponse": [],
-    "AdminCommand": [("command", "string", _REQUIRED)],
-    "AdminCommandResponse": [("text", "string", _REQUIRED)],
-    "OpenQueue": [("handleParameters", "QueueHandleParameters", _REQUIRED)],
-    "OpenQueueResponse": [
-        ("originalRequest", "OpenQueue", _REQUIRED),
-        ("routingConfiguration", "RoutingConfiguration", _REQUIRED),
-        ("deduplicationTimeMs", "int", 300000),
-    ],
-    "CloseQueue": [
-        ("handleParameters", "QueueHandleParameters", _REQUIRED),
-        ("isFinal", "boolean", False),
-    ],
-    "CloseQueueResponse": [],
-    "ConfigureQueueStream": [
-        ("qId", "unsignedInt", _REQUIRED),
-        ("streamParameters", "QueueStreamParameters", _REQUIRED),
-    ],
-    "ConfigureQueueStreamResponse": [("request", "ConfigureQueueStream", _REQUIRED)],
-    "ConfigureStream": [
-        ("qId", "unsignedInt", _REQUIRED), ("streamParameters", "StreamParameters", _REQUIRED),
-    ],
-    "ConfigureStreamResponse": [("request", "ConfigureStream", _REQUIRED)],
-    "QueueHandleParameters": [
-        ("uri", "string", _REQUIRED), ("qId", "unsignedInt", _REQUIRED),
-        ("subIdInfo", "SubQueueIdInfo", _OPTIONAL), ("flags", "unsignedLong", _REQUIRED),
-        ("readCount", "int", 0), ("writeCount", "int", 0), ("adminCount", "int", 0),
-    ],
-    "SubQueueIdInfo": [("subId", "unsignedInt", 0), ("appId", "string", DEFAULT_APP_ID)],
-    "RoutingConfiguration": [("flags", "unsignedLong", _REQUIRED)],
-    "QueueStreamParameters": [
-        ("subIdInfo", "SubQueueIdInfo", _OPTIONAL), ("maxUnconfirmedMessages", "long", 0),
-        ("maxUnconfirmedBytes", "long", 0), ("consumerPriority", "int", -2147483648),
-        ("consumerPriorityCount", "int", 0),
-    ],
-    "StreamParameters": [
-        ("appId", "string", DEFAULT_APP_ID), ("subscriptions", "Subscription[]", _REQUIRED),
-    ],
-    "Subscription": [
-        ("sId", "unsignedInt", _REQUIRED), ("expression", "Expression", _REQUIRED),
-        ("consumers", "ConsumerInfo[]", _REQUIRED),
-    ],
-    "Expression": [("version", "ExpressionVersion", "E_UNDEFINED"), ("text", "string", _REQUIRED)],
-    "ConsumerInfo": [
-        ("maxUnconfirmedMessages", "long", 0), ("maxUnconfirmedBytes", "long", 0),
-        ("consumerPriority", "int", -2147483648), ("consumerPriorityCount", "int", 0),
-    ],
-    # authentication
-    "AuthenticationRequest": [("mechanism", "string", _REQUIRED), ("data", "base64Binary", _OPTIONAL)],
-    "AuthenticationResponse": [("status", "Status", _REQUIRED), ("lifetimeMs", "unsignedLong", _OPTIONAL)],
-}
-
-# Choices: {selection id (BER tag): (name, type)}. Ids 3-6 of ControlChoice are retired and
-# 9 (clusterMessage) is broker-to-broker only: a decoder reports them as unsupported.
-_CHOICES: Dict[str, Dict[int, Tuple[str, str]]] = {
-    "NegotiationChoice": {
-        0: ("clientIdentity", "ClientIdentity"), 1: ("brokerResponse", "BrokerResponse"),
-        2: ("placeHolder", "DummyType"),
-    },
-    "ControlChoice": {
-        0: ("status", "Status"), 1: ("disconnect", "Disconnect"),
-        2: ("disconnectResponse", "DisconnectResponse"), 7: ("adminCommand", "AdminCommand"),
-        8: ("adminCommandResponse", "AdminCommandResponse"), 10: ("openQueue", "OpenQueue"),
-        11: ("openQueueResponse", "OpenQueueResponse"), 12: ("closeQueue", "CloseQueue"),
-        13: ("closeQueueResponse", "CloseQueueResponse"),
-        14: ("configureQueueStream", "ConfigureQueueStream"),
-        15: ("configureQueueStreamResponse", "ConfigureQueueStreamResponse"),
-        16: ("configureStream", "ConfigureStream"),
-        17: ("configureStreamResponse", "ConfigureStreamResponse"),
-    },
-    "AuthenticationChoice": {
-        0: ("authenticationRequest", "AuthenticationRequest"),
-        1: ("authenticationResponse", "AuthenticationResponse"),
-    },
-}
-
-_TOP_TYPES = {
-    KIND_NEGOTIATION: "NegotiationMessage",
-    KIND_CONTROL: "ControlMessage",
-    KIND_AUTHENTICATION: "AuthenticationMessage",
-}
-
-# Primitive integer types: (min, max). Booleans, strings and bytes are handled by name.
-_INT_RANGES = {
-    "int": (-(1 << 31), (1 << 31) - 1),
-    "unsignedInt": (0, (1 << 32) - 1),
-    "long": (-(1 << 63), (1 << 63) - 1),
-    "unsignedLong": (0, (1 << 64) - 1),
-}
-_PYTHON_TYPES: Dict[str, Any] = {"boolean": bool, "string": str, "base64Binary": (bytes, bytearray, memoryview)}
-
-
-class _Field:
-    """One compiled sequence element."""
-
-    __slots__ = ("name", "tag", "type", "array", "default", "optional")
-
-    def __init__(self, name: Optional[str], tag: int, type_name: str, default: Any):
-        self.name = name
-        self.tag = tag
-        self.array = type_name.endswith("[]")
-        self.type = type_name[:-2] if self.array else type_name
-        self.optional = default is _OPTIONAL
-        self.default = None if (self.optional or default is _REQUIRED) else default
-
-
-def _compile() -> Tuple[Dict[str, List[_Field]], Dict[str, Dict[str, Tuple[int, str]]], Dict[str, Dict[int, str]]]:
-    fields = {
-        name: [_Field(n, tag, t, d) for tag, (n, t, d) in enumerate(elements)]
-        for name, elements in _SEQUENCES.items()
-    }
-    by_name = {c: {n: (sel, t) for sel, (n, t) in sels.items()} for c, sels in _CHOICES.items()}
-    enum_names = {e: {v: n for n, v in values.items()} for e, values in _ENUMS.items()}
-    return fields, by_name, enum_names
-
-
-_FIELDS, _CHOICE_BY_NAME, _ENUM_BY_VALUE = _compile()
-_ALL_SELECTIONS = {name: c for c, sels in _CHOICE_BY_NAME.items() for name in sels}
-
-
-def _check_kind(kind: str) -> str:
-    try:
-        return _TOP_TYPES[kind]
-    except KeyError:
-        raise ValueError(f"unknown control message kind {kind!r}") from None
-
-
-# ---------------------------------------------------------------------------------------
-# Encoding-independent helpers
-# ---------------------------------------------------------------------------------------
-def _selection_of(msg: Mapping, choice: str) -> Tuple[str, Any]:
-    """The (name, value) of the one selection of anonymous ``choice`` present in ``msg``."""
-    found = [k for k in msg if k in _CHOICE_BY_NAME[choice]]
-    if len(found) != 1:
-        raise ValueError(f"expected exactly one of {sorted(_CHOICE_BY_NAME[choice])}, got {found}")
-    return found[0], msg[found[0]]
-
-
-def _check_keys(msg: Any, seq: str) -> None:
-    if not isinstance(msg, Mapping):
-        raise TypeError(f"{seq} must be a mapping, not {type(msg).__name__}")
-    allowed = set()
-    for f in _FIELDS[seq]:
-        if f.name is None:
-            allowed.update(_CHOICE_BY_NAME[f.type])
-        else:
-            allowed.add(f.name)
-    unknown = [k for k in msg if k not in allowed]
-    if unknown:
-        raise ValueError(f"unknown element(s) {unknown} in {seq}")
-
-
-def _check_int(value: Any, type_name: str, where: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{where}: {type_name} must be an int, not {type(value).__name__}")
-    low, high = _INT_RANGES[type_name]
-    if not low <= value <= high:
-        raise ValueError(f"{where}: {value} out of range for {type_name}")
-    return value
-
-
-def _check_scalar(value: Any, type_name: str, where: str) -> Any:
-    """Validate a non-sequence value for encoding; returns it unchanged."""
-    if type_name in _INT_RANGES:
-        return _check_int(value, type_name, where)
-    if type_name in _ENUMS:
-        if not isinstance(value, str) or value not in _ENUMS[type_name]:
-            raise ValueError(f"{where}: {value!r} is not a {type_name}")
-    elif not isinstance(value, _PYTHON_TYPES[type_name]) or (type_name == "boolean") != isinstance(value, bool):
-        raise TypeError(f"{where}: {type_name} must be {_PYTHON_TYPES[type_name]}, not {type(value).__name__}")
-    return value
-
 
 def with_defaults(message: Mapping, kind: str) -> dict:
     """A copy of ``message`` with every non-optional element filled in, as bmqbrkr emits it.
@@ -296,16 +73,16 @@ def with_defaults(message: Mapping, kind: str) -> dict:
         ValueError: unknown kind, unknown elements or no choice selection.
         TypeError: a sub-message that is not a mapping.
     """
-    return _fill_sequence(message, _check_kind(kind))
+    return _fill_sequence(message, check_kind(kind))
 
 
 def _fill_sequence(msg: Mapping, seq: str) -> dict:
-    _check_keys(msg, seq)
+    check_keys(msg, seq)
     out: dict = {}
-    for f in _FIELDS[seq]:
+    for f in FIELDS[seq]:
         if f.name is None:
-            name, value = _selection_of(msg, f.type)
-            out[name] = _fill_value(value, _CHOICE_BY_NAME[f.type][name][1], False)
+            name, value = selection_of(msg, f.type)
+            out[name] = _fill_value(value, CHOICE_BY_NAME[f.type][name][1], False)
         elif f.name in msg and msg[f.name] is not None:
             out[f.name] = _fill_value(msg[f.name], f.type, f.array)
         elif not f.optional:
@@ -316,7 +93,7 @@ def _fill_sequence(msg: Mapping, seq: str) -> dict:
 def _fill_value(value: Any, type_name: str, array: bool) -> Any:
     if array:
         return [_fill_value(v, type_name, False) for v in value]
-    if type_name in _FIELDS:
+    if type_name in FIELDS:
         return _fill_sequence(value, type_name)
     return value
 
@@ -326,10 +103,10 @@ def _zero(f: _Field) -> Any:
         return []
     if f.default is not None:
         return f.default
-    if f.type in _FIELDS:
+    if f.type in FIELDS:
         return _fill_sequence({}, f.type)
-    if f.type in _ENUMS:  # a default-constructed C++ enum holds 0; every enum here has one
-        return _ENUM_BY_VALUE[f.type][0]
+    if f.type in ENUMS:  # a default-constructed C++ enum holds 0; every enum here has one
+        return ENUM_BY_VALUE[f.type][0]
     return {"boolean": False, "string": "", "base64Binary": b""}.get(f.type, 0)
 
 
@@ -346,7 +123,7 @@ def message_kind_of(msg: Mapping) -> str:
         ValueError: ``msg`` has no known selection.
     """
     for key in msg:
-        if key in _ALL_SELECTIONS:
+        if key in ALL_SELECTIONS:
             return key
     raise ValueError(f"no control-message selection among {list(msg)}")
 
@@ -370,7 +147,7 @@ def encode_body(message: Mapping, encoding: int, kind: str) -> bytes:
             choice selection, or a string that is not valid Unicode.
         TypeError: a value of the wrong Python type.
     """
-    top = _check_kind(kind)
+    top = check_kind(kind)
     if encoding == ENCODING_JSON:
         out: List[str] = []
         _json_sequence(out, message, top)
@@ -379,9 +156,7 @@ def encode_body(message: Mapping, encoding: int, kind: str) -> bytes:
         except UnicodeEncodeError as e:
             raise ValueError(f"string is not valid Unicode: {e}") from e
     if encoding == ENCODING_BER:
-        from ._ber import encode
-
-        return encode(message, top)
+        return _ber_encode(message, top)
     raise ValueError(f"unknown encoding {encoding!r}")
 
 
@@ -402,14 +177,12 @@ def decode_body(body: Union[bytes, bytearray, memoryview], encoding: int, kind: 
             selection, or an unknown encoding.
         ValueError: unknown kind.
     """
-    top = _check_kind(kind)
+    top = check_kind(kind)
     data = bytes(body)
     if encoding == ENCODING_JSON:
         message = _json_decode(data, top)
     elif encoding == ENCODING_BER:
-        from ._ber import decode
-
-        message = decode(data, top)
+        message = _ber_decode(data, top)
     else:
         raise ProtocolError(f"unknown control message encoding {encoding!r}")
     if _log.isEnabledFor(logging.DEBUG):
@@ -537,13 +310,13 @@ def _json_string(value: str) -> str:
 
 
 def _json_sequence(out: List[str], msg: Mapping, seq: str) -> None:
-    _check_keys(msg, seq)
+    check_keys(msg, seq)
     out.append("{")
     first = True
-    for f in _FIELDS[seq]:
+    for f in FIELDS[seq]:
         if f.name is None:
-            name, value = _selection_of(msg, f.type)
-            type_name, array = _CHOICE_BY_NAME[f.type][name][1], False
+            name, value = selection_of(msg, f.type)
+            type_name, array = CHOICE_BY_NAME[f.type][name][1], False
         else:
             name, value, type_name, array = f.name, msg.get(f.name), f.type, f.array
             # baljsn omits null elements and empty arrays
@@ -568,17 +341,17 @@ def _json_sequence(out: List[str], msg: Mapping, seq: str) -> None:
 
 
 def _json_value(out: List[str], value: Any, type_name: str, where: str) -> None:
-    if type_name in _FIELDS:
+    if type_name in FIELDS:
         _json_sequence(out, value, type_name)
         return
-    value = _check_scalar(value, type_name, where)
+    value = check_scalar(value, type_name, where)
     if type_name == "boolean":
         out.append("true" if value else "false")
     elif type_name == "string":
         out.append(_json_string(value))
     elif type_name == "base64Binary":
         out.append('"' + base64.b64encode(bytes(value)).decode("ascii") + '"')
-    elif type_name in _ENUMS:
+    elif type_name in ENUMS:
         out.append(f'"{value}"')
     else:
         out.append(str(value))
@@ -600,9 +373,9 @@ def _json_sequence_from(tree: Any, seq: str, path: str) -> dict:
     if not isinstance(tree, dict):
         raise ProtocolError(f"{path}: expected a JSON object")
     out: dict = {}
-    for f in _FIELDS[seq]:
+    for f in FIELDS[seq]:
         if f.name is None:
-            sels = _CHOICE_BY_NAME[f.type]
+            sels = CHOICE_BY_NAME[f.type]
             found = [k for k in tree if k in sels and tree[k] is not None]
             if len(found) != 1:
                 raise ProtocolError(f"{path}: expected one selection of {f.type}, got {found}")
@@ -623,15 +396,15 @@ def _json_sequence_from(tree: Any, seq: str, path: str) -> dict:
 
 
 def _json_value_from(value: Any, type_name: str, where: str) -> Any:
-    if type_name in _FIELDS:
+    if type_name in FIELDS:
         return _json_sequence_from(value, type_name, where)
-    if type_name in _INT_RANGES:
+    if type_name in INT_RANGES:
         try:
-            return _check_int(value, type_name, where)
+            return check_int(value, type_name, where)
         except (TypeError, ValueError) as e:
             raise ProtocolError(str(e)) from None
-    if type_name in _ENUMS:
-        if not isinstance(value, str) or value not in _ENUMS[type_name]:
+    if type_name in ENUMS:
+        if not isinstance(value, str) or value not in ENUMS[type_name]:
             raise ProtocolError(f"{where}: {value!r} is not a {type_name}")
         return value
     if type_name == "boolean":

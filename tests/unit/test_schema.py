@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from bmq import _ctrlmsg as ctrlmsg
 from bmq import _schema as schema
 from bmq.exceptions import ProtocolError
 
@@ -78,12 +79,12 @@ def test_vector_decodes_and_reencodes(vectors_dir, name, kind, encoding, expecte
 
 
 def test_schema_table_is_closed():
-    known = set(schema._FIELDS) | set(schema._CHOICES) | set(schema._ENUMS) | set(schema._INT_RANGES)
-    known |= set(schema._PYTHON_TYPES)
-    types = [f.type for fields in schema._FIELDS.values() for f in fields]
-    types += [t for sels in schema._CHOICES.values() for _, t in sels.values()]
+    known = set(ctrlmsg.FIELDS) | set(ctrlmsg.CHOICES) | set(ctrlmsg.ENUMS) | set(ctrlmsg.INT_RANGES)
+    known |= set(ctrlmsg.PYTHON_TYPES)
+    types = [f.type for fields in ctrlmsg.FIELDS.values() for f in fields]
+    types += [t for sels in ctrlmsg.CHOICES.values() for _, t in sels.values()]
     assert set(types) <= known
-    assert all(0 in values.values() for values in schema._ENUMS.values())  # with_defaults relies on it
+    assert all(0 in values.values() for values in ctrlmsg.ENUMS.values())  # with_defaults relies on it
 
 
 def test_ber_status_bytes_from_facts():

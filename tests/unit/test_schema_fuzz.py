@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bmq import _ctrlmsg as ctrlmsg
 from bmq import _schema as schema
 from bmq.exceptions import ProtocolError
 
@@ -24,25 +25,25 @@ def _value(type_name: str, array: bool, non_empty_arrays: bool) -> st.SearchStra
     if array:
         return st.lists(_value(type_name, False, non_empty_arrays), min_size=1 if non_empty_arrays else 0,
                         max_size=3)
-    if type_name in schema._FIELDS:
+    if type_name in ctrlmsg.FIELDS:
         return st.deferred(lambda: _sequence(type_name, non_empty_arrays))
-    if type_name in schema._INT_RANGES:
-        low, high = schema._INT_RANGES[type_name]
+    if type_name in ctrlmsg.INT_RANGES:
+        low, high = ctrlmsg.INT_RANGES[type_name]
         return st.integers(low, high)
-    if type_name in schema._ENUMS:
-        return st.sampled_from(sorted(schema._ENUMS[type_name]))
+    if type_name in ctrlmsg.ENUMS:
+        return st.sampled_from(sorted(ctrlmsg.ENUMS[type_name]))
     return {"boolean": st.booleans(), "string": TEXT, "base64Binary": st.binary(max_size=20)}[type_name]
 
 
 def _sequence(seq: str, non_empty_arrays: bool) -> st.SearchStrategy:
     """Any subset of the sequence's elements (encoders write exactly what is present)."""
-    named = {f.name: _value(f.type, f.array, non_empty_arrays) for f in schema._FIELDS[seq] if f.name}
+    named = {f.name: _value(f.type, f.array, non_empty_arrays) for f in ctrlmsg.FIELDS[seq] if f.name}
     base = st.fixed_dictionaries({}, optional=named)
-    for f in schema._FIELDS[seq]:
+    for f in ctrlmsg.FIELDS[seq]:
         if f.name is None:
             selections = st.one_of([
                 st.tuples(st.just(name), _value(type_name, False, non_empty_arrays))
-                for name, (_, type_name) in schema._CHOICE_BY_NAME[f.type].items()
+                for name, (_, type_name) in ctrlmsg.CHOICE_BY_NAME[f.type].items()
             ])
             base = st.tuples(base, selections).map(lambda pair: {**pair[0], pair[1][0]: pair[1][1]})
     return base
@@ -50,7 +51,7 @@ def _sequence(seq: str, non_empty_arrays: bool) -> st.SearchStrategy:
 
 def _messages(non_empty_arrays: bool) -> st.SearchStrategy:
     return st.sampled_from(KINDS).flatmap(
-        lambda kind: st.tuples(st.just(kind), _sequence(schema._TOP_TYPES[kind], non_empty_arrays)))
+        lambda kind: st.tuples(st.just(kind), _sequence(ctrlmsg.TOP_TYPES[kind], non_empty_arrays)))
 
 
 ROUND_TRIP = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -98,11 +99,11 @@ def _corpus() -> list[tuple[str, int, bytes]]:
 def _example(rng: random.Random) -> tuple[str, dict]:
     """A filled message of a random selection (deterministic, unlike strategy.example())."""
     kind = rng.choice(KINDS)
-    top = schema._TOP_TYPES[kind]
+    top = ctrlmsg.TOP_TYPES[kind]
     msg = {}
-    for f in schema._FIELDS[top]:
+    for f in ctrlmsg.FIELDS[top]:
         if f.name is None:
-            name, (_, type_name) = rng.choice(sorted(schema._CHOICE_BY_NAME[f.type].items()))
+            name, (_, type_name) = rng.choice(sorted(ctrlmsg.CHOICE_BY_NAME[f.type].items()))
             msg[name] = {}
         elif rng.random() < 0.5:
             msg[f.name] = rng.randrange(1 << 20)
