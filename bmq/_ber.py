@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict, Generator, Mapping, Optional, Tuple
 
 from ._ctrlmsg import (
+    Field,
     CHOICES, CHOICE_BY_NAME, ENUMS, ENUM_BY_VALUE, FIELDS, INT_RANGES, check_keys, check_scalar, selection_of,
 )
 from .exceptions import ProtocolError
@@ -261,7 +262,7 @@ class _BerDecoder:
             raise self._fail(f"empty {choice}", start)
         return result
 
-    def array(self, start: int, stop: Optional[int], end: int, f: _Field, constructed: bool, depth: int) -> list:
+    def array(self, start: int, stop: Optional[int], end: int, f: Field, constructed: bool, depth: int) -> list:
         if not constructed:
             raise self._fail(f"array {f.name} is not constructed", start)
         limit = end if stop is None else stop
@@ -269,7 +270,7 @@ class _BerDecoder:
         for cls, sub_constructed, tag, cstart, cstop in self.children(start, stop, end):
             if (cls, tag) != (0, _SEQUENCE_TAG):
                 raise self._fail(f"array {f.name}: element is not a SEQUENCE", cstart)
-            items.append(self.value(cstart, cstop, limit, f.type, sub_constructed, depth + 1, f.name))
+            items.append(self.value(cstart, cstop, limit, f.type, sub_constructed, depth + 1, f.name or f.type))
         return items
 
     def value(self, start: int, stop: Optional[int], end: int, type_name: str, constructed: bool,

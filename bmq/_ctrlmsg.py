@@ -6,7 +6,7 @@ Thread-safety: immutable tables and pure functions.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from ._protocol import DEFAULT_APP_ID
 
@@ -157,7 +157,7 @@ INT_RANGES = {
 PYTHON_TYPES: Dict[str, Any] = {"boolean": bool, "string": str, "base64Binary": (bytes, bytearray, memoryview)}
 
 
-class _Field:
+class Field:
     """One compiled sequence element."""
 
     __slots__ = ("name", "tag", "type", "array", "default", "optional")
@@ -171,9 +171,9 @@ class _Field:
         self.default = None if (self.optional or default is REQUIRED) else default
 
 
-def _compile() -> Tuple[Dict[str, List[_Field]], Dict[str, Dict[str, Tuple[int, str]]], Dict[str, Dict[int, str]]]:
+def _compile() -> Tuple[Dict[str, List[Field]], Dict[str, Dict[str, Tuple[int, str]]], Dict[str, Dict[int, str]]]:
     fields = {
-        name: [_Field(n, tag, t, d) for tag, (n, t, d) in enumerate(elements)]
+        name: [Field(n, tag, t, d) for tag, (n, t, d) in enumerate(elements)]
         for name, elements in SEQUENCES.items()
     }
     by_name = {c: {n: (sel, t) for sel, (n, t) in sels.items()} for c, sels in CHOICES.items()}
@@ -206,7 +206,7 @@ def selection_of(msg: Mapping, choice: str) -> Tuple[str, Any]:
 def check_keys(msg: Any, seq: str) -> None:
     if not isinstance(msg, Mapping):
         raise TypeError(f"{seq} must be a mapping, not {type(msg).__name__}")
-    allowed = set()
+    allowed: Set[str] = set()
     for f in FIELDS[seq]:
         if f.name is None:
             allowed.update(CHOICE_BY_NAME[f.type])

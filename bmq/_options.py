@@ -17,7 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["SessionOptions", "QueueOptions", "ReconnectPolicy"]
 
 # kw_only needs 3.10; on 3.9 the classes stay frozen and callers are still told to use keywords.
-_value_class = dataclasses.dataclass(frozen=True, **({"kw_only": True} if sys.version_info >= (3, 10) else {}))
+# The decorator is spelled out on each class so that type checkers see the dataclass.
+_KW_ONLY: Any = {"kw_only": True} if sys.version_info >= (3, 10) else {}
 
 _MIB = 1024 * 1024
 _PRIORITY_MIN = -1_073_741_824
@@ -33,7 +34,7 @@ def _positive(name: str, value: Any) -> None:
     _require(isinstance(value, (int, float)) and value > 0, f"{name} must be a positive number, not {value!r}")
 
 
-@_value_class
+@dataclasses.dataclass(frozen=True, **_KW_ONLY)
 class ReconnectPolicy:
     """How a session reconnects after losing its connection.
 
@@ -81,7 +82,7 @@ class ReconnectPolicy:
         return base * spread
 
 
-@_value_class
+@dataclasses.dataclass(frozen=True, **_KW_ONLY)
 class QueueOptions:
     """How a reader queue consumes; unused for write-only queues except host-health suspension.
 
@@ -138,7 +139,7 @@ def _compression(value: Union[CompressionAlgorithmType, str, None]) -> Compressi
     raise InvalidArgumentError(f"unknown compression {value!r}: use 'zlib', 'none' or CompressionAlgorithmType")
 
 
-@_value_class
+@dataclasses.dataclass(frozen=True, **_KW_ONLY)
 class SessionOptions:
     """Everything configurable about a :class:`bmq.Session`.
 

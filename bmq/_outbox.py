@@ -373,9 +373,9 @@ class Outbox:
                 return
             segment = self._writable_segment()
             created = segment.size == 0
-            self._open_file(segment, records=True)
+            fd = self._open_file(segment, records=True)
             start = segment.size
-            self._append_frame(segment.fd, segment, "size", frames)
+            self._append_frame(fd, segment, "size", frames)
             index = self._index
             for guid, size in zip(fresh, sizes):
                 index[guid] = (segment, size)
@@ -384,7 +384,7 @@ class Outbox:
             segment.live_raw += raw_total
             segment.total_raw += raw_total
             if self._fsync != "never":
-                _sync(segment.fd)
+                _sync(fd)
                 if created:
                     self._sync_directory()
             if logger.isEnabledFor(logging.DEBUG):
@@ -435,7 +435,7 @@ class Outbox:
         """
         with self._lock:
             self._check_open()
-            result = []
+            result: List[OutboxRecord] = []
             for segment in self._segments.values():
                 if segment.live:
                     result.extend(record for record, _ in self._live_records(segment))
@@ -654,11 +654,13 @@ class Outbox:
             self._delete(segment)
         elif segment.live == 0:
             # The segment being appended to is emptied in place rather than re-created.
-            os.ftruncate(segment.fd, _FILE_HEADER.size)
+            fd = segment.fd
+            assert fd is not None, "the active segment is open for appending"
+            os.ftruncate(fd, _FILE_HEADER.size)
             segment.size = _FILE_HEADER.size
             segment.total_raw = 0
             if self._fsync == "always":
-                _sync(segment.fd)
+                _sync(fd)
             # Only once the records are gone: stale tombstones are harmless, missing ones not.
             if segment.ack_size:
                 os.ftruncate(self._ack_fd(segment), _FILE_HEADER.size)

@@ -106,12 +106,14 @@ def _encode(properties: Optional[Mapping[str, Any]], overrides: Mapping[str, Pro
             raise PropertyError(f"property names must be str, not {type(name).__name__}")
         kind = overrides.get(name)
         if kind is None:
-            kind = infer_type(name, value)
-        elif not isinstance(kind, PropertyType):
+            code = infer_type(name, value)
+        elif isinstance(kind, PropertyType):
+            code = int(kind)
+        else:
             raise PropertyError(f"property {name!r}: type override must be a bmq.PropertyType, not {kind!r}", name)
         if isinstance(value, (bytearray, memoryview)):
             value = bytes(value)
-        typed[name] = (int(kind), value)
+        typed[name] = (code, value)
     try:
         return _codec.encode_properties(typed, new_style)
     except TypeError as e:

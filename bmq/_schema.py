@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._ber import decode as _ber_decode, encode as _ber_encode
 from ._ctrlmsg import (
+    Field,
     KIND_AUTHENTICATION, KIND_CONTROL, KIND_NEGOTIATION, ALL_SELECTIONS, CHOICE_BY_NAME, ENUMS, ENUM_BY_VALUE,
     FIELDS, INT_RANGES, check_int, check_keys, check_kind, check_scalar, selection_of,
 )
@@ -98,7 +99,7 @@ def _fill_value(value: Any, type_name: str, array: bool) -> Any:
     return value
 
 
-def _zero(f: _Field) -> Any:
+def _zero(f: Field) -> Any:
     if f.array:
         return []
     if f.default is not None:

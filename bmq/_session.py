@@ -15,7 +15,7 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from . import _codec, _properties, _schema
 from . import events as ev
@@ -27,7 +27,7 @@ from ._outbox import Outbox, OutboxRecord
 from ._puts import Batch, PendingPuts
 from ._queue import Queue
 from ._transport import Transport, parse_broker_address
-from ._types import Ack, AckStatus, Message, QueueState, SessionState
+from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, QueueState, SessionState
 from ._uri import parse_uri
 from .exceptions import (
     BrokerError,
@@ -895,7 +895,8 @@ class Session:
             raise QueueStateError(f"{queue.uri} is suspended (host unhealthy)")
         payloads = _payload_list(payloads, single)
         count = len(payloads)
-        cat = (self.options.compression if compression is None else _compression(compression)).value
+        algorithm = self.options.compression if compression is None else _compression(compression)
+        cat = cast(CompressionAlgorithmType, algorithm).value  # SessionOptions normalised it
         # Read once: a reconnect may change the broker's features in the middle of this call.
         new_style = self._new_style
         area = self._encode_properties(properties, property_types, count, new_style)

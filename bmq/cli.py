@@ -97,7 +97,7 @@ class Progress:
             self.stream.flush()
 
 
-def parse_property(text: str) -> Tuple[str, object, Optional[str]]:
+def parse_property(text: str) -> Tuple[str, object, str]:
     """``name=value`` (a string) or ``name:type=value`` with type one of bool, char, short,
     int32, int64, string, binary (binary values in hex)."""
     key, sep, raw = text.partition("=")

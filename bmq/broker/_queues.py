@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Final, Iterable, List, NamedTuple, Optional, Tuple
 
 from .. import _codec, _uri
 from .._protocol import ACK_LIMIT_BYTES, ACK_LIMIT_MESSAGES, ACK_SUCCESS, DEFAULT_APP_ID
@@ -118,7 +118,8 @@ DEFAULT_DOMAINS: Dict[str, Domain] = {
 # like this one, instead of rescanning every stored message over and over (more than half
 # of the broker's time per message at high rates). StoredMessage is the public view of it.
 Record = Tuple[bytes, bytes, int, int, int]
-_GUID, _APP_DATA = 0, 1
+_GUID: Final = 0
+_APP_DATA: Final = 1
 
 
 class StoredMessage(NamedTuple):

@@ -189,7 +189,7 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
         return {"run": self._run, "seq": seq}
 
     def _mine(self, offset: Optional[Offset]) -> bool:
-        return bool(offset) and offset.get("run") == self._run
+        return offset is not None and offset.get("run") == self._run
 
     def _confirm_through(self, seq: int) -> None:
         done = [batch for batch in self._batches if batch.end_seq <= seq]

@@ -78,7 +78,7 @@ def _by_type_overrides(properties: List[Optional[Dict[str, Tuple[int, Any]]]]) -
         overridden = tuple(name for name, (kind, _) in typed.items() if kind not in _INFERRED) if typed else ()
         group = groups.get(overridden)
         if group is None:
-            types = {name: bmq.PropertyType(typed[name][0]) for name in overridden} if overridden else None
+            types = {name: bmq.PropertyType(typed[name][0]) for name in overridden} if typed and overridden else None
             group = groups[overridden] = ([], [], types)
         group[0].append(row)
         group[1].append({name: value for name, (_, value) in typed.items()} if typed else None)

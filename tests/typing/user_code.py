@@ -1,0 +1,40 @@
+"""Typical user code, type-checked by tests/unit/test_typing.py (never run): what a user's mypy
+must accept about bmq's public API."""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import List, Optional
+
+import bmq
+from bmq import events
+
+
+def on_event(event: events.SessionEvent) -> None:
+    if isinstance(event, events.ConnectionLost):
+        print("lost", event)
+
+
+def produce_and_consume(address: str) -> int:
+    options = bmq.SessionOptions(ack_timeout=5.0, on_event=on_event,
+                                 reconnect=bmq.ReconnectPolicy(initial_delay=0.1, max_attempts=5))
+    with bmq.Session(address, options) as session:
+        queue: bmq.Queue = session.open_queue(
+            "bmq://bmq.test.mem.priority/typed", read=True, write=True,
+            options=bmq.QueueOptions(max_unconfirmed_messages=100, subscriptions=("n > 1",)))
+        ack: bmq.Ack = queue.post(b"payload", {"n": 2, "kind": "x"},
+                                  property_types={"n": bmq.PropertyType.INT64})
+        assert ack.status is bmq.AckStatus.SUCCESS
+        pending: Future[bmq.Ack] = queue.post_async(b"later", compression="zlib")
+        acks: List[bmq.Ack] = queue.post_many([b"a", b"b"])
+        message: Optional[bmq.Message] = queue.get(timeout=1.0)
+        if message is not None:
+            data: bytes = message.data
+            print(data, message.properties, message.guid_hex)
+            message.confirm()
+        batch = list(queue.messages(timeout=0.5))
+        session.confirm_many(batch)
+        event: Optional[events.SessionEvent] = session.next_event(0.1)
+        print(event, pending.result(5.0).status, queue.state == bmq.QueueState.OPEN)
+        queue.configure(bmq.QueueOptions(max_unconfirmed_messages=10))
+        queue.close()
+        return len(acks)
