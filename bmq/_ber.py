@@ -1,4 +1,4 @@
-"""BER half of the control-message schema codec (FACTS §8.6), as BDE balber writes it.
+"""BER half of the control-message schema codec (protocol §8.6), as BDE balber writes it.
 
 Walks the schema table of :mod:`bmq._schema`; use that module's public functions rather
 than this one. Constructed values use indefinite lengths on encode; the decoder also accepts

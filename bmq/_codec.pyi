@@ -3,7 +3,7 @@
 No sockets, no threads, no sessions: bytes in, bytes out. Every decoder raises only
 :class:`bmq.exceptions.ProtocolError` on bad input; encoders raise ``ValueError`` subclasses
 (:class:`~bmq.exceptions.PropertyError`, :class:`~bmq.exceptions.MessageTooLargeError`) or
-``TypeError``. Section numbers (§) refer to the protocol fact sheet (FACTS.md).
+``TypeError``. Section numbers (§) refer to docs/protocol.md.
 
 Thread-safety: every function is safe from any thread; a :class:`FrameReader` or a
 :class:`GuidGenerator` instance may be shared only under the caller's lock (the generator

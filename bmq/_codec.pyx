@@ -3,6 +3,7 @@
 
 This module only gathers its parts: each file in ``bmq/_wire`` holds one area of the
 protocol, all compiled into this single extension so they can share inline C helpers.
+Section numbers (§) in these files refer to docs/protocol.md.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE

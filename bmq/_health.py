@@ -1,5 +1,5 @@
 """Host health monitors: tell a session when to suspend queues opened with
-``QueueOptions(suspends_on_bad_host_health=True)`` (FACTS §11.6)."""
+``QueueOptions(suspends_on_bad_host_health=True)`` (protocol §11.6)."""
 from __future__ import annotations
 
 import logging

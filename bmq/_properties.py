@@ -1,4 +1,4 @@
-"""Message properties from Python values: type inference and per-call overrides (FACTS §6)."""
+"""Message properties from Python values: type inference and per-call overrides (protocol §6)."""
 from __future__ import annotations
 
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Set

@@ -1,7 +1,7 @@
 """The pending-ACK table: every PUT from hand-off until its final answer.
 
 It is also the retransmission list: after a reconnect every entry is re-sent with its
-original GUID (the codec re-encodes deterministically, FACTS §11.3), and the memory bound
+original GUID (the codec re-encodes deterministically, protocol §11.3), and the memory bound
 for messages buffered while disconnected.
 """
 from __future__ import annotations

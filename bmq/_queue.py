@@ -116,7 +116,7 @@ class Queue:
         return self._parsed.app_id
 
     def _handle_parameters(self) -> Dict[str, Any]:
-        """The QueueHandleParameters of this handle (FACTS §8.5, §9.1)."""
+        """The QueueHandleParameters of this handle (protocol §8.5, §9.1)."""
         flags = queue_flags(self.read, self.write)
         params: Dict[str, Any] = {
             "uri": self.uri,

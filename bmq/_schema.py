@@ -1,5 +1,5 @@
 """Control-message schema codec: NegotiationMessage, ControlMessage and
-AuthenticationMessage (FACTS §8) as plain dicts, encoded as JSON or BER.
+AuthenticationMessage (protocol §8) as plain dicts, encoded as JSON or BER.
 
 Messages are dicts in the JSON shape: XSD element names as keys, enumerations as their
 names (``"E_SUCCESS"``), integers as ``int``, booleans as ``bool``, strings as ``str`` and

@@ -813,7 +813,7 @@ class Session:
 
     def _close_request(self, queue: Queue) -> Dict[str, Any]:
         """CloseQueue for one handle: its own counts, and ``isFinal`` only when no other handle
-        of the canonical URI stays open in this session (FACTS §8.5); a final close of a shared
+        of the canonical URI stays open in this session (protocol §8.5); a final close of a shared
         qId would make the broker drop the other handles (writer, other appIds)."""
         with self._lock:
             _, handles = self._queue_ids.get(queue._parsed.canonical, (None, 1))

@@ -1,6 +1,6 @@
 """One TCP connection to a broker: a reader thread, a writer thread and a bounded write queue.
 
-The transport knows framing and heartbeats (FACTS §1.1, §10) and nothing about sessions:
+The transport knows framing and heartbeats (protocol §1.1, §10) and nothing about sessions:
 whole events go up through ``on_event(event_type, event)`` on the reader thread, and a
 failure goes up once through ``on_failure(exception)``.
 """
@@ -132,7 +132,7 @@ class Transport:
 
     def set_heartbeat(self, interval: float, max_missed: int) -> None:
         """Start dead-link detection: after ``max_missed`` silent intervals the connection
-        fails with ConnectionLost; ``max_missed == 0`` only answers requests (FACTS §10)."""
+        fails with ConnectionLost; ``max_missed == 0`` only answers requests (protocol §10)."""
         self._max_missed = max_missed
         self._heartbeat_interval = interval if max_missed > 0 and interval > 0 else None
 
@@ -262,7 +262,7 @@ class Transport:
                     raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
                 events = frames.feed(view[:size])
                 if events:
-                    # Only whole events prove the link alive (FACTS §10): a stream stuck
+                    # Only whole events prove the link alive (protocol §10): a stream stuck
                     # inside a bogus length must still be detected as dead.
                     received = True
                 for event in events:

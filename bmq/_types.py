@@ -16,7 +16,7 @@ class AckStatus(Enum):
     """Outcome of a post, with the official SDK's members (values are bmqt::AckResult codes).
 
     SUCCESS comes from the broker; LIMIT_*, STORAGE_FAILURE, NOT_READY and UNKNOWN are broker
-    NACKs (FACTS §3.3: REFUSED / INVALID_ARGUMENT arrive as UNKNOWN). TIMEOUT is local: no ACK
+    NACKs (protocol §3.3: REFUSED / INVALID_ARGUMENT arrive as UNKNOWN). TIMEOUT is local: no ACK
     within ``SessionOptions.ack_timeout``. NOT_CONNECTED is local: the session stopped before
     the ACK arrived. CANCELED is local: the queue was closed before the ACK arrived.
     """
@@ -39,7 +39,7 @@ class AckStatus(Enum):
         return f"<AckStatus.{self.name}>"
 
 
-# Wire status (4 bits) -> AckStatus, FACTS §3.3; index with the raw status.
+# Wire status (4 bits) -> AckStatus, protocol §3.3; index with the raw status.
 ACK_STATUS_FROM_WIRE: Tuple[AckStatus, ...] = (
     AckStatus.SUCCESS,
     AckStatus.LIMIT_MESSAGES,
@@ -87,7 +87,7 @@ class SessionState(_StateEnum):
 
 
 class PropertyType(IntEnum):
-    """The seven message property types (values are the wire codes, FACTS §6.2)."""
+    """The seven message property types (values are the wire codes, protocol §6.2)."""
 
     BOOL = _codec.PROPERTY_BOOL
     CHAR = _codec.PROPERTY_CHAR
@@ -99,7 +99,7 @@ class PropertyType(IntEnum):
 
 
 class CompressionAlgorithmType(Enum):
-    """Payload compression (values are the wire CAT codes; only ZLIB exists, FACTS §2.6)."""
+    """Payload compression (values are the wire CAT codes; only ZLIB exists, protocol §2.6)."""
 
     NONE = _codec.COMPRESSION_NONE
     ZLIB = _codec.COMPRESSION_ZLIB

@@ -1,4 +1,4 @@
-"""Queue URI parsing (FACTS §13): ``bmq://domain[.~tier]/queue[?id=appId]``."""
+"""Queue URI parsing (protocol §13): ``bmq://domain[.~tier]/queue[?id=appId]``."""
 from __future__ import annotations
 
 import re

@@ -1,4 +1,4 @@
-/* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), FACTS.md section 2.5.
+/* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), docs/protocol.md §2.5.
  *
  * Two engines behind one entry point, chosen once at start-up:
  *  - SSE4.2 `crc32` instruction, run on three independent streams at once because the

@@ -89,7 +89,7 @@ cdef enum:
     C_MAX_MESSAGE_WORDS = 0x0FFFFFFF
     C_PROTOCOL_VERSION = 1
 
-# Largest value the 31-bit event length can hold (FACTS §1.2).
+# Largest value the 31-bit event length can hold (protocol §1.2).
 cdef int64_t C_MAX_EVENT_LENGTH = 0x7FFFFFFF
 
 

@@ -29,7 +29,7 @@ __all__ = [
 
 INVALID_PRIORITY = -(2**31)  # consumerPriority of a deconfigured ("not a consumer") stream
 
-# RoutingConfiguration flags the real broker's queue engines report (FACTS §9.2).
+# RoutingConfiguration flags the real broker's queue engines report (protocol §9.2).
 _ROUTING_FLAGS = {"priority": 2, "fanout": 10, "broadcast": 7}
 
 
@@ -54,7 +54,7 @@ class StatusError(Exception):
 
 
 def parse_uri(uri: str) -> Tuple[str, str, Optional[str]]:
-    """``(domain, canonical_uri, app_id or None)`` of a queue URI (FACTS §13).
+    """``(domain, canonical_uri, app_id or None)`` of a queue URI (protocol §13).
 
     Raises:
         StatusError: E_REFUSED with the parser's message, as bmqbrkr answers a bad URI.

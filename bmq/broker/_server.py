@@ -49,7 +49,7 @@ FEATURES = (
     "PROTOCOL_ENCODING:BER,JSON;HA:GRACEFUL_SHUTDOWN,GRACEFUL_SHUTDOWN_V2,BROADCAST_TO_PROXIES;"
     "MPS:MESSAGE_PROPERTIES_EX;SUBSCRIPTIONS:CONFIGURE_STREAM"
 )
-# Minimum and recommended SDK versions per language (FACTS §8.4).
+# Minimum and recommended SDK versions per language (protocol §8.4).
 _SDK_GATES = {"E_CPP": (10500, 10900), "E_JAVA": (2, 2)}
 _QUEUE_READ, _QUEUE_WRITE = 2, 4
 _RESERVED_QUEUE_ID = 4294967286
@@ -70,7 +70,7 @@ class Broker:
             the monitor; requests are still answered).
         max_event_size: largest event accepted; a longer length word closes the connection.
         check_crc: verify the CRC32-C of every PUT and NACK (status 5) a mismatch; the real
-            broker does not check it (FACTS §2.5), a test broker should.
+            broker does not check it (protocol §2.5), a test broker should.
 
     Attributes:
         faults: the fault-injection switches (:class:`~bmq.broker.Faults`).
@@ -564,7 +564,7 @@ class Broker:
     def _configure_queue_stream(self, session: ClientSession, request: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
         params = request.get("streamParameters") or {}
         sub_info = params.get("subIdInfo") or {}
-        # The old message is one consumer whose PUSH id is the subQueueId (FACTS §8.5).
+        # The old message is one consumer whose PUSH id is the subQueueId (protocol §8.5).
         subscription = {"sId": int(sub_info.get("subId", 0)), "consumers": [params]}
         self._configure(
             session,
@@ -660,7 +660,7 @@ class Broker:
                 wants_ack = flags & _codec.PUT_ACK_REQUESTED
             else:
                 # Legacy client: the GUID field carries a 24-bit correlation id, whose
-                # presence (not the flag) decides whether an ACK is wanted (FACTS §2.3).
+                # presence (not the flag) decides whether an ACK is wanted (protocol §2.3).
                 correlation_id = int.from_bytes(guid[1:4], "big")
                 wants_ack = correlation_id != 0
                 guid = _ZERO_GUID
@@ -768,13 +768,13 @@ def _version_status(identity: Mapping[str, Any]) -> Tuple[Tuple[str, int, str], 
 
 
 def _decompress_old_style(app_data: bytes, flags: int, compression: int) -> Tuple[bytes, int]:
-    """Old-style properties compressed with the payload are stored decompressed (FACTS §2.6)."""
+    """Old-style properties compressed with the payload are stored decompressed (protocol §2.6)."""
     area, payload = _codec.split_app_data(app_data, flags, compression, 0)
     return (area or b"") + payload, _codec.COMPRESSION_NONE
 
 
 def _old_style_push(spec: tuple) -> tuple:
-    """A PUSH spec rewritten for a client that cannot read MESSAGE_PROPERTIES_EX (FACTS §4.4)."""
+    """A PUSH spec rewritten for a client that cannot read MESSAGE_PROPERTIES_EX (protocol §4.4)."""
     q_id, guid, sub_ids, app_data, flags, compression, schema_id = spec
     if not schema_id or not flags & _codec.PUSH_MESSAGE_PROPERTIES:
         return spec

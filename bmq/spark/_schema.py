@@ -41,7 +41,7 @@ __all__ = [
 DATA_COLUMN = "data"
 PROPERTIES_COLUMN = "properties"
 
-# Spark type (by class) -> property type on the wire (FACTS §6.2). ByteType is a signed
+# Spark type (by class) -> property type on the wire (protocol §6.2). ByteType is a signed
 # 8-bit integer, exactly the range of CHAR.
 _PROPERTY_TYPES: Dict[type, int] = {
     BooleanType: bmq.PropertyType.BOOL,

@@ -1,4 +1,4 @@
-"""Property type inference and overrides (FACTS §6)."""
+"""Property type inference and overrides (protocol §6)."""
 import pytest
 
 from bmq import PropertyError, PropertyType

@@ -22,7 +22,7 @@ def test_each_message_is_resent_in_the_encoding_of_the_connection_that_posted_it
     group = [(old_guid, _batch(old_guid, False)), (new_guid, _batch(new_guid, True))]
     (event,) = PendingPuts._retransmission(group, _codec.COMPRESSION_NONE)
     sent = {guid: (schema, app) for _, _, guid, _, _, schema, _, app in _codec.iter_put_messages(event)}
-    assert sent[old_guid][0] == 0 and sent[new_guid][0] != 0  # SchemaId 0 = old encoding (FACTS §6.4)
+    assert sent[old_guid][0] == 0 and sent[new_guid][0] != 0  # SchemaId 0 = old encoding (protocol §6.4)
     for guid, new_style in ((old_guid, False), (new_guid, True)):
         area, payload = _codec.split_app_data(sent[guid][1], _codec.PUT_MESSAGE_PROPERTIES, 0, sent[guid][0])
         assert payload == b"payload"

@@ -1,4 +1,4 @@
-"""bmq._schema against the control-message vectors (FACTS §14.2/§14.3) and the §8 rules."""
+"""bmq._schema against the control-message vectors (protocol §14.2/§14.3) and the §8 rules."""
 from __future__ import annotations
 
 from pathlib import Path

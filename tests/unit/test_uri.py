@@ -1,4 +1,4 @@
-"""Queue URI grammar (FACTS §13)."""
+"""Queue URI grammar (protocol §13)."""
 import pytest
 
 from bmq import InvalidURIError

@@ -1,4 +1,4 @@
-"""Every protocol test vector (FACTS.md §14) decoded field by field, and re-encoded byte for
+"""Every protocol test vector (protocol §14) decoded field by field, and re-encoded byte for
 byte wherever the encoding is deterministic."""
 from __future__ import annotations
 
