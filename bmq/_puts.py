@@ -1,8 +1,11 @@
-"""The pending-ACK table: every PUT from hand-off until its final answer.
+"""The PUT path: every PUT event is built here, and kept from hand-off until its final answer.
 
-It is also the retransmission list: after a reconnect every entry is re-sent with its
-original GUID (the codec re-encodes deterministically, protocol §11.3), and the memory bound
-for messages buffered while disconnected.
+:class:`PendingPuts` builds the PUT events of fresh posts (:meth:`PendingPuts.post`), of
+messages recovered from a previous process's outbox (:meth:`PendingPuts.resend_recovered`)
+and of retransmissions after a reconnect (:meth:`PendingPuts.restore`, with the original GUIDs:
+the codec re-encodes deterministically, protocol §11.3). It is the pending-ACK table, the
+retransmission list, the memory bound for messages buffered while disconnected, and the one
+owner of the durable outbox (append, remove, close).
 """
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 
 from . import _codec
 from ._dispatch import new_futures, resolve_future
-from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus
+from ._outbox import OutboxRecord
+from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus, QueueState
 from .exceptions import (
     BandwidthLimitError,
     ConnectionLost,
@@ -35,7 +39,6 @@ __all__ = ["Batch", "PendingPuts"]
 logger = logging.getLogger(__name__)
 
 _ACK_REQUESTED = _codec.PUT_ACK_REQUESTED
-_OPEN = "open"
 _RETRANSMIT_CHUNK = 10000
 
 OnAck = Optional[Callable[[Ack], None]]
@@ -110,6 +113,44 @@ class PendingPuts:
         return len(self._pending)
 
     # ---- posting ----------------------------------------------------------------------
+    def post(self, queue: "Queue", guids: bytes, payloads: List[bytes], properties: Any, new_style: bool,
+             compression: int, on_ack: OnAck, asynchronous: bool, caller_guids: bool) -> Batch:
+        """Build the PUT events of one post call, write them to the outbox (if any), then
+        :meth:`track_and_send` them.
+
+        ``properties``: one encoded area (or None) for every message, or a list of one per message.
+
+        Raises:
+            OutboxError: the outbox could not record them (nothing was sent); and what
+                :meth:`track_and_send` raises.
+        """
+        count = len(payloads)
+        events = _codec.build_put_events(queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED,
+                                         compression=compression, new_style_properties=new_style)
+        per_message = properties if isinstance(properties, list) else [properties] * count
+        if self._outbox is not None:
+            self._outbox.append([
+                OutboxRecord(guids[16 * i:16 * i + 16], queue.uri, payload, props, new_style, compression)
+                for i, (payload, props) in enumerate(zip(payloads, per_message))
+            ])
+        return self.track_and_send(queue, guids, payloads, per_message, new_style, compression, events, on_ack,
+                                   asynchronous, caller_guids)
+
+    def resend_recovered(self, queue: "Queue", entries: List[OutboxRecord]) -> None:
+        """Send what a previous process left unacknowledged in the outbox for ``queue``, with the
+        original GUIDs (the broker de-duplicates what had arrived). Each keeps the property
+        encoding and compression it was stored with."""
+        for compression, new_style in sorted({(e.compression, e.new_style_properties) for e in entries}):
+            group = [e for e in entries if (e.compression, e.new_style_properties) == (compression, new_style)]
+            guids = b"".join(entry.guid for entry in group)
+            payloads = [entry.payload for entry in group]
+            properties = [entry.properties for entry in group]
+            events = _codec.build_put_events(queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED,
+                                             compression=compression, new_style_properties=new_style)
+            self.track_and_send(queue, guids, payloads, properties, new_style, compression, events, None, True)
+        if entries:
+            logger.warning("re-sent %d message(s) recovered from the outbox to %s", len(entries), queue.uri)
+
     def track_and_send(
         self,
         queue: "Queue",
@@ -155,7 +196,7 @@ class PendingPuts:
                 raise
             self._pending.update(dict.fromkeys(keys, batch))
             self._bytes += size
-            transport = self._transport if queue.state == _OPEN else None
+            transport = self._transport if queue.state == QueueState.OPEN else None
         if transport is not None:
             try:
                 transport.send(data, self._options.channel_write_timeout)

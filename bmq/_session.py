@@ -51,7 +51,6 @@ logger = logging.getLogger(__name__)
 # ClientIdentity.sdkVersion: major*10000 + minor*100 + patch.
 _SDK_VERSION = sum(int(part) * scale for part, scale in zip(__version__.split(".")[:3], (10000, 100, 1)))
 _JSON = _codec.ENCODING_JSON
-_ACK_REQUESTED = _codec.PUT_ACK_REQUESTED
 _EVENT_ACK = _codec.EVENT_ACK
 _EVENT_PUSH = _codec.EVENT_PUSH
 _EVENT_CONTROL = _codec.EVENT_CONTROL
@@ -190,13 +189,15 @@ class Session:
         self._events: Deque[ev.SessionEvent] = collections.deque(maxlen=_EVENT_BACKLOG)
         self._events_ready = threading.Condition(threading.Lock())
         self._stopped = threading.Event()
-        self._outbox: Optional[Outbox] = None
         self._recovered: Dict[str, List[OutboxRecord]] = {}
         # Before any thread starts: an unusable outbox_dir (OutboxError) must leave nothing running.
+        outbox = None
         if options.outbox_dir is not None:
-            self._outbox = Outbox(options.outbox_dir, fsync=options.outbox_fsync)
-            for item in self._outbox.pending():
+            outbox = Outbox(options.outbox_dir, fsync=options.outbox_fsync)
+            for item in outbox.pending():
                 self._recovered.setdefault(item.queue_uri, []).append(item)
+        # The PUT path owns the outbox from here on (appends, removes, closes it).
+        self._puts = PendingPuts(options, self._dispatch, outbox)
         self._dispatcher = Dispatcher(
             f"bmq-dispatcher-{self._id}",
             options.event_queue_high_watermark,
@@ -204,7 +205,6 @@ class Session:
             self._on_slow_consumer,
         )
         self._host_healthy = True
-        self._puts = PendingPuts(options, self._dispatcher.submit, self._outbox)
         self.outbox_recovered = sum(map(len, self._recovered.values()))
         """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
         GUID) when its queue is opened for writing."""
@@ -222,8 +222,7 @@ class Session:
         except BaseException:
             self._state = SessionState.STOPPED
             self._dispatcher.stop()
-            if self._outbox is not None:
-                self._outbox.close()
+            self._puts.close()
             self._stopped.set()
             raise
         self._puts.restore(conn.transport, lambda: True)  # type: ignore[arg-type]
@@ -905,41 +904,16 @@ class Session:
             guids = self._guids.generate(count) if count else b""
         elif len(guids) != 16 * count:
             raise InvalidArgumentError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
-        events = _codec.build_put_events(
-            queue.queue_id, guids, payloads, area, flags=_ACK_REQUESTED, compression=cat,
-            new_style_properties=new_style,
-        )
-        per_message = area if isinstance(area, list) else [area] * count
-        if self._outbox is not None:
-            try:
-                self._outbox.append([
-                    OutboxRecord(guids[16 * i:16 * i + 16], queue.uri, payload, props, new_style, cat)
-                    for i, (payload, props) in enumerate(zip(payloads, per_message))
-                ])
-            except OutboxError:
-                self._check_running()  # stop() closed the outbox under us: say so
-                raise
-        return self._puts.track_and_send(queue, guids, payloads, per_message, new_style, cat, events, on_ack,
-                                         asynchronous, caller_guids)
+        try:
+            return self._puts.post(queue, guids, payloads, area, new_style, cat, on_ack, asynchronous, caller_guids)
+        except OutboxError:
+            self._check_running()  # stop() closed the outbox under us: say so
+            raise
 
     def _resend_recovered(self, queue: Queue) -> None:
-        """Send what a previous process left unacknowledged in the outbox for this queue,
-        with the original GUIDs (the broker de-duplicates what had arrived)."""
         with self._lock:
             entries = self._recovered.pop(queue.uri, [])
-        # The stored properties areas keep the encoding of the connection that posted them.
-        for compression, new_style in sorted({(e.compression, e.new_style_properties) for e in entries}):
-            group = [e for e in entries if (e.compression, e.new_style_properties) == (compression, new_style)]
-            guids = b"".join(entry.guid for entry in group)
-            payloads = [entry.payload for entry in group]
-            properties = [entry.properties for entry in group]
-            events = _codec.build_put_events(
-                queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED, compression=compression,
-                new_style_properties=new_style,
-            )
-            self._puts.track_and_send(queue, guids, payloads, properties, new_style, compression, events, None, True)
-        if entries:
-            logger.warning("re-sent %d message(s) recovered from the outbox to %s", len(entries), queue.uri)
+        self._puts.resend_recovered(queue, entries)
 
     def flush(self, timeout: Optional[float] = None) -> int:
         """Wait until every posted message is acknowledged (or ``timeout`` passes).
