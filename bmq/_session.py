@@ -26,6 +26,7 @@ from ._options import QueueOptions, SessionOptions, _compression
 from ._outbox import Outbox, OutboxRecord
 from ._puts import Batch, PendingPuts
 from ._queue import Queue
+from ._requests import ControlRequests, Request
 from ._transport import Transport, parse_broker_address
 from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, QueueState, SessionState
 from ._uri import parse_uri
@@ -85,20 +86,6 @@ def _payload_list(payloads: Sequence[Any], single: bool) -> List[bytes]:
         name = "data" if single else f"payloads[{result.index(b'')}]"
         raise InvalidArgumentError(f"{name} is empty: BlazingMQ messages need a payload")
     return result
-
-
-class _Request:
-    """A control request waiting for its response (buffered ones survive a reconnect).
-    ``queue``: the queue a ConfigureStream is for (its qId must be open before a re-send)."""
-
-    __slots__ = ("future", "data", "buffered", "queue")
-
-    def __init__(self, future: "Future[Dict[str, Any]]", data: bytes, buffered: bool,
-                 queue: Optional[Queue] = None) -> None:
-        self.future = future
-        self.data = data
-        self.buffered = buffered
-        self.queue = queue
 
 
 class _Connection:
@@ -178,8 +165,7 @@ class Session:
         self._stop_started = False
         self._conn: Optional[_Connection] = None  # negotiated, current: control traffic
         self._generation = 0  # connections adopted so far
-        self._rids = itertools.count(1)
-        self._requests: Dict[int, _Request] = {}
+        self._requests = ControlRequests()
         self._queues: Dict[str, Queue] = {}
         self._queue_ids: Dict[str, Tuple[int, int]] = {}  # canonical URI -> (qId, handles)
         self._next_queue_id = 0
@@ -328,10 +314,8 @@ class Session:
             if self._stopping():
                 return  # e.g. the broker closing after our Disconnect: nothing to report
             lost = ConnectionLost(f"connection to {self.broker} lost: {exc}")
-            for rid, request in list(self._requests.items()):
-                if not request.buffered:
-                    del self._requests[rid]
-                    fail_future(request.future, lost)
+            for request in self._requests.drop_unbuffered():
+                fail_future(request.future, lost)
             for queue in self._queues.values():
                 if queue.state == QueueState.OPEN:
                     queue.state = QueueState.PENDING
@@ -406,11 +390,7 @@ class Session:
                 to_reopen = [queue for queue in self._queues.values() if queue.state == QueueState.PENDING]
                 # A configure buffered for a queue being reopened names a qId the new
                 # connection does not know yet: it goes after the reopen (so its options win).
-                reopening = {id(queue) for queue in to_reopen}
-                deferred = [(rid, request) for rid, request in self._requests.items()
-                            if request.queue is not None and id(request.queue) in reopening]
-                buffered = [request.data for request in self._requests.values()
-                            if request.queue is None or id(request.queue) not in reopening]
+                buffered, deferred = self._requests.for_new_connection({id(queue) for queue in to_reopen})
             logger.warning("reconnected to %s", self.broker)
             self._emit(ev.Reconnected())
             transport = conn.transport
@@ -443,18 +423,18 @@ class Session:
             self._emit(ev.StateRestored())
             return
 
-    def _resend_configures(self, deferred: List[Tuple[int, _Request]], transport: Transport) -> None:
+    def _resend_configures(self, deferred: List[Request], transport: Transport) -> None:
         """Re-send the configures held back until their queues were reopened; those whose
         queue could not be reopened fail (their caller has not given up waiting yet)."""
-        for rid, request in deferred:
+        for request in deferred:
             queue = request.queue
             assert queue is not None
             with self._lock:
-                if self._requests.get(rid) is not request:
+                if not self._requests.is_pending(request):
                     continue  # its caller timed out meanwhile
                 reopened = queue.state == QueueState.OPEN
                 if not reopened:
-                    del self._requests[rid]
+                    self._requests.discard(request)
             if reopened:
                 transport.send_control(request.data)
             else:
@@ -527,64 +507,44 @@ class Session:
             raise SessionClosedError(f"session to {self.broker} is stopped")
 
     def _request(self, body: Dict[str, Any], *, buffered: bool, stopping: bool = False,
-                 queue: Optional[Queue] = None) -> "Future[Dict[str, Any]]":
-        """Send a control request; the future gets the response message or a BrokerError.
+                 queue: Optional[Queue] = None) -> Request:
+        """Send a control request; its future gets the response message or a BrokerError.
         Only ``stopping`` requests (the Disconnect) may be sent by a stopping session;
         ``queue``: the queue a ConfigureStream is for."""
-        future: "Future[Dict[str, Any]]" = Future()
         with self._lock:
             if not (stopping and self._state == SessionState.STOPPING):
                 self._check_running()
-            rid = next(self._rids)
-            message = {"rId": rid}
-            message.update(body)
-            data = _schema.encode_event(message, _JSON, "control")
             conn = self._conn
             if conn is None and not buffered:
                 raise ConnectionLost(f"not connected to {self.broker}")
-            self._requests[rid] = _Request(future, data, buffered, queue)
+            request = self._requests.add(body, buffered, queue)
         if conn is not None:
             try:
-                conn.transport.send_control(data)  # type: ignore[union-attr]
+                conn.transport.send_control(request.data)  # type: ignore[union-attr]
             except ConnectionLost:
                 pass  # buffered: re-sent on reconnect; else failed by the failure path
-        return future
+        return request
 
     def _call(
         self, body: Dict[str, Any], timeout: float, what: str, *, buffered: bool = True, stopping: bool = False,
         queue: Optional[Queue] = None,
     ) -> Dict[str, Any]:
-        future = self._request(body, buffered=buffered, stopping=stopping, queue=queue)
+        request = self._request(body, buffered=buffered, stopping=stopping, queue=queue)
         try:
-            return future.result(timeout)
+            return request.future.result(timeout)
         except FutureTimeoutError:
             with self._lock:
-                for rid, request in list(self._requests.items()):
-                    if request.future is future:
-                        del self._requests[rid]
+                self._requests.discard(request)
             raise TimeoutError(f"{what}: no response from {self.broker} within {timeout:g} s") from None
 
     def _handle_control(self, event: bytes) -> None:
         message, _ = _schema.decode_event(event, "control")
-        rid = message.get("rId")
         with self._lock:
-            request = self._requests.pop(rid, None) if rid is not None else None
+            request = self._requests.take(message)
         if request is None:
             logger.info("ignoring control message without a pending request: %s", sorted(message))
             return
-        status = message.get("status")
-        if status is not None and status.get("category") != "E_SUCCESS":
-            fail_future(
-                request.future,
-                BrokerError(
-                    f"broker replied {status.get('category')}: {status.get('message', '')}",
-                    status.get("category", "E_UNKNOWN"),
-                    int(status.get("code", 0)),
-                    status.get("message", ""),
-                ),
-            )
-        else:
-            resolve_future(request.future, message)
+        ControlRequests.settle(request, message)
 
     # ---- queues -----------------------------------------------------------------------
     def open_queue(
@@ -1061,7 +1021,7 @@ class Session:
             if self._connecting is not None:
                 self._connecting.abort()
             conn, self._conn = self._conn, None
-            requests, self._requests = self._requests, {}
+            requests = self._requests.take_all()
             queues = list(self._queues.values())
             self._queues.clear()
             self._readers.clear()
@@ -1073,7 +1033,7 @@ class Session:
             conn.transport.close()
             conn.transport.join(max(0.0, deadline - time.monotonic()))
         closed = SessionClosedError(f"session to {self.broker} stopped")
-        for request in requests.values():
+        for request in requests:
             fail_future(request.future, closed)
         # Queues first: a post racing with stop() then fails its state check, and one already
         # past it is refused or settled by the closed table (never left pending).
