@@ -19,7 +19,7 @@ import base64
 import binascii
 import json
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
 
 from ._ber import decode as _ber_decode, encode as _ber_encode
 from ._ctrlmsg import (

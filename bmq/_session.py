@@ -9,8 +9,6 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
-import os
-import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -19,12 +17,12 @@ from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional
 
 from . import _codec, _properties, _schema
 from . import events as ev
-from ._version import __version__
-from ._protocol import CLIENT_FEATURES, DEFAULT_APP_ID, FEATURE_MESSAGE_PROPERTIES, MESSAGE_PROPERTIES_EX
-from ._dispatch import Dispatcher, fail_future, resolve_future
+from ._protocol import DEFAULT_APP_ID
+from ._dispatch import Dispatcher, fail_future
 from ._options import QueueOptions, SessionOptions, _compression
 from ._outbox import Outbox, OutboxRecord
 from ._puts import Batch, PendingPuts
+from ._connection import Connection, client_identity
 from ._queue import Queue
 from ._requests import ControlRequests, Request
 from ._transport import Transport, parse_broker_address
@@ -32,14 +30,12 @@ from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, QueueStat
 from ._uri import parse_uri
 from .exceptions import (
     BrokerError,
-    ClosedByBroker,
     ConnectionError,
     ConnectionLost,
     ArgumentTypeError,
     Error,
     InvalidArgumentError,
     OutboxError,
-    ProtocolError,
     QueueStateError,
     SessionClosedError,
     TimeoutError,
@@ -49,12 +45,6 @@ __all__ = ["Session"]
 
 logger = logging.getLogger(__name__)
 
-# ClientIdentity.sdkVersion: major*10000 + minor*100 + patch.
-_SDK_VERSION = sum(int(part) * scale for part, scale in zip(__version__.split(".")[:3], (10000, 100, 1)))
-_JSON = _codec.ENCODING_JSON
-_EVENT_ACK = _codec.EVENT_ACK
-_EVENT_PUSH = _codec.EVENT_PUSH
-_EVENT_CONTROL = _codec.EVENT_CONTROL
 # Waiting for an ACK blocks a little longer than ack_timeout: the supervisor resolves the
 # future as TIMEOUT at ack_timeout, so the caller sees that rather than a bare TimeoutError.
 _ACK_WAIT_MARGIN = 5.0
@@ -86,41 +76,6 @@ def _payload_list(payloads: Sequence[Any], single: bool) -> List[bytes]:
         name = "data" if single else f"payloads[{result.index(b'')}]"
         raise InvalidArgumentError(f"{name} is empty: BlazingMQ messages need a payload")
     return result
-
-
-class _Connection:
-    """One negotiated (or negotiating) transport and what the broker told us on it."""
-
-    def __init__(self, session: "Session") -> None:
-        self.session = session
-        self.negotiation: "Future[Dict[str, Any]]" = Future()
-        self.transport: Optional[Transport] = None
-        self.new_style_properties = True
-
-    def on_event(self, event_type: int, event: bytes) -> None:
-        if event_type == _EVENT_ACK:
-            self.session._puts.handle_acks(event)
-        elif event_type == _EVENT_PUSH:
-            self.session._handle_push(self, event)
-        elif event_type == _EVENT_CONTROL:
-            if self.negotiation.done():
-                self.session._handle_control(event)
-            else:
-                message, _ = _schema.decode_event(event, "negotiation")
-                resolve_future(self.negotiation, message)
-        elif logger.isEnabledFor(logging.DEBUG):
-            logger.debug("ignoring event of type %d (%d bytes)", event_type, len(event))
-
-    def on_failure(self, exc: BaseException) -> None:
-        if not self.negotiation.done():
-            fail_future(self.negotiation, exc)
-        self.session._on_connection_failure(self, exc)
-
-    def abort(self) -> None:
-        """Close a connection that is still negotiating (the session is stopping)."""
-        if self.transport is not None:
-            self.transport.close()
-        fail_future(self.negotiation, SessionClosedError("the session stopped while connecting"))
 
 
 class Session:
@@ -163,7 +118,7 @@ class Session:
         self._wake = threading.Condition(self._lock)
         self._state = SessionState.STARTING
         self._stop_started = False
-        self._conn: Optional[_Connection] = None  # negotiated, current: control traffic
+        self._conn: Optional[Connection] = None  # negotiated, current: control traffic
         self._generation = 0  # connections adopted so far
         self._requests = ControlRequests()
         self._queues: Dict[str, Queue] = {}
@@ -199,7 +154,7 @@ class Session:
         # Its own thread: ACKs must expire on time even while the supervisor blocks reconnecting.
         self._ack_timer = threading.Thread(target=self._guarded, args=(self._expire_acks,),
                                            name=f"bmq-ack-timer-{self._id}", daemon=True)
-        self._connecting: Optional[_Connection] = None
+        self._connecting: Optional[Connection] = None
         try:
             conn = self._connect(options.connect_timeout)
             with self._lock:
@@ -211,7 +166,7 @@ class Session:
             self._puts.close()
             self._stopped.set()
             raise
-        self._puts.restore(conn.transport, lambda: True)  # type: ignore[arg-type]
+        self._puts.restore(conn.transport, lambda: True)
         self._supervisor.start()
         self._ack_timer.start()
         monitor = options.host_health_monitor
@@ -231,80 +186,30 @@ class Session:
         self.stop()
 
     # ---- connection -----------------------------------------------------------------
-    def _client_identity(self) -> Dict[str, Any]:
-        user_agent = f"{self.options.user_agent} bmq-python:{__version__}".strip()
-        return {
-            "clientIdentity": {
-                "protocolVersion": 1,
-                "sdkVersion": _SDK_VERSION,
-                "clientType": "E_TCPCLIENT",
-                "processName": os.path.basename(sys.argv[0] or "python")[:64] or "python",
-                "pid": os.getpid(),
-                "sessionId": self._id,
-                "hostName": "",
-                "features": CLIENT_FEATURES,
-                "clusterName": "",
-                "clusterNodeId": -1,
-                "sdkLanguage": "E_UNKNOWN",
-                "guidInfo": {
-                    "clientId": self._guids.client_id_hex,
-                    "nanoSecondsFromEpoch": self._guids.nanoseconds_from_epoch,
-                },
-                "userAgent": user_agent,
-            }
-        }
-
-    def _connect(self, timeout: float) -> _Connection:
+    def _connect(self, timeout: float) -> Connection:
         """Connect and negotiate a new connection (not yet adopted)."""
-        deadline = time.monotonic() + timeout
-        conn = _Connection(self)
-        transport = Transport(
-            self._address, conn.on_event, conn.on_failure, self.options.channel_high_watermark, f"{self._id}"
-        )
-        conn.transport = transport
+        conn = Connection(self._address, self.options.channel_high_watermark, f"{self._id}",
+                          self._puts.handle_acks, self._handle_push, self._handle_control, self._on_connection_failure)
         with self._lock:
             self._check_running()
             self._connecting = conn  # so that stop() can abort a slow negotiation
         try:
-            transport.connect(timeout)
-            transport.send_control(_schema.encode_event(self._client_identity(), _JSON, "negotiation"))
-            try:
-                message = conn.negotiation.result(max(0.0, deadline - time.monotonic()))
-            except FutureTimeoutError:
-                raise TimeoutError(f"no negotiation response from {self.broker} within {timeout:g} s") from None
-            response = message.get("brokerResponse")
-            if response is None:
-                raise ProtocolError(f"expected a brokerResponse, got {sorted(message)}")
-            result = response.get("result", {})
-            if result.get("category") != "E_SUCCESS":
-                raise ClosedByBroker(
-                    f"broker {self.broker} refused the session: {result.get('category')} "
-                    f"{result.get('code')} {result.get('message', '')!r}"
-                )
-            features = _schema.parse_features(response.get("brokerIdentity", {}).get("features", ""))
-            conn.new_style_properties = MESSAGE_PROPERTIES_EX in features.get(FEATURE_MESSAGE_PROPERTIES, ())
-            interval = response.get("heartbeatIntervalMs", 3000) / 1000.0
-            transport.set_heartbeat(interval, int(response.get("maxMissedHeartbeats", 10)))
-        except BaseException:
-            transport.close()
-            transport.join(1.0)
-            raise
+            conn.establish(client_identity(self._id, self._guids, self.options.user_agent), self.broker, timeout)
         finally:
             with self._lock:
                 self._connecting = None
         logger.info("connected to %s (session %d)", self.broker, self._id)
         return conn
 
-    def _adopt(self, conn: _Connection) -> None:
+    def _adopt(self, conn: Connection) -> None:
         """Make ``conn`` the current connection for control traffic (caller holds the lock)."""
-        assert conn.transport is not None
         if conn.transport.closed:
             raise ConnectionLost(f"connection to {self.broker} lost right after negotiation")
         self._conn = conn
         self._generation += 1
         self._new_style = conn.new_style_properties
 
-    def _on_connection_failure(self, conn: _Connection, exc: BaseException) -> None:
+    def _on_connection_failure(self, conn: Connection, exc: BaseException) -> None:
         """Reader/writer thread: the connection died."""
         with self._lock:
             if conn is not self._conn:
@@ -381,7 +286,7 @@ class Session:
                 continue
             with self._lock:
                 if self._stopping():
-                    conn.transport.close()  # type: ignore[union-attr]
+                    conn.transport.close()
                     return
                 try:
                     self._adopt(conn)
@@ -520,7 +425,7 @@ class Session:
             request = self._requests.add(body, buffered, queue)
         if conn is not None:
             try:
-                conn.transport.send_control(request.data)  # type: ignore[union-attr]
+                conn.transport.send_control(request.data)
             except ConnectionLost:
                 pass  # buffered: re-sent on reconnect; else failed by the failure path
         return request
@@ -887,7 +792,7 @@ class Session:
         return self.options.ack_timeout + _ACK_WAIT_MARGIN if timeout is None else timeout
 
     # ---- consuming --------------------------------------------------------------------
-    def _handle_push(self, conn: _Connection, event: bytes) -> None:
+    def _handle_push(self, event: bytes) -> None:
         readers = self._readers
         for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event):
             for sid in sub_ids:
@@ -938,7 +843,7 @@ class Session:
         for start in range(0, len(items), _CONFIRM_CHUNK):
             data = _codec.build_confirm_event(items[start:start + _CONFIRM_CHUNK])
             try:
-                conn.transport.send(data, self.options.channel_write_timeout)  # type: ignore[union-attr]
+                conn.transport.send(data, self.options.channel_write_timeout)
             except ConnectionLost:
                 logger.info("connection lost: confirms dropped (the broker will redeliver)")
                 return
@@ -1011,7 +916,7 @@ class Session:
     def _own_threads(self) -> List[threading.Thread]:
         threads = [self._dispatcher.thread, self._supervisor, self._ack_timer]
         conn = self._conn
-        if conn is not None and conn.transport is not None:
+        if conn is not None:
             threads += [t for t in (conn.transport._reader, conn.transport._writer) if t is not None]
         return threads
 
@@ -1029,7 +934,7 @@ class Session:
         monitor = self.options.host_health_monitor
         if monitor is not None:
             monitor.remove_listener(self._on_host_health)
-        if conn is not None and conn.transport is not None:
+        if conn is not None:
             conn.transport.close()
             conn.transport.join(max(0.0, deadline - time.monotonic()))
         closed = SessionClosedError(f"session to {self.broker} stopped")

@@ -14,7 +14,7 @@ bmq raises :class:`ArgumentTypeError`, a ``TypeError`` that is also a ``bmq.Erro
 from __future__ import annotations
 
 import builtins
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._types import Ack

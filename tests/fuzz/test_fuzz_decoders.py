@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import random
 import zlib
-from typing import Callable, List
+from typing import List
 
 import pytest
 
