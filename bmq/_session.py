@@ -13,7 +13,7 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Union, cast
 
 from . import _codec, _properties, _schema
 from . import events as ev
@@ -24,6 +24,7 @@ from ._outbox import Outbox, OutboxRecord
 from ._puts import Batch, PendingPuts
 from ._connection import Connection, client_identity
 from ._queue import Queue
+from ._registry import QueueRegistry
 from ._requests import ControlRequests, Request
 from ._transport import Transport, parse_broker_address
 from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, QueueState, SessionState
@@ -121,12 +122,7 @@ class Session:
         self._conn: Optional[Connection] = None  # negotiated, current: control traffic
         self._generation = 0  # connections adopted so far
         self._requests = ControlRequests()
-        self._queues: Dict[str, Queue] = {}
-        self._queue_ids: Dict[str, Tuple[int, int]] = {}  # canonical URI -> (qId, handles)
-        self._next_queue_id = 0
-        self._next_sub_ids: Dict[str, int] = {}
-        self._subscription_ids = itertools.count(1)
-        self._readers: Dict[Tuple[int, int], Queue] = {}  # (qId, sId) -> queue
+        self._queues = QueueRegistry()
         self._events: Deque[ev.SessionEvent] = collections.deque(maxlen=_EVENT_BACKLOG)
         self._events_ready = threading.Condition(threading.Lock())
         self._stopped = threading.Event()
@@ -221,7 +217,7 @@ class Session:
             lost = ConnectionLost(f"connection to {self.broker} lost: {exc}")
             for request in self._requests.drop_unbuffered():
                 fail_future(request.future, lost)
-            for queue in self._queues.values():
+            for queue in self._queues:
                 if queue.state == QueueState.OPEN:
                     queue.state = QueueState.PENDING
             if self._state == SessionState.STARTED:
@@ -292,7 +288,7 @@ class Session:
                     self._adopt(conn)
                 except ConnectionLost:
                     continue
-                to_reopen = [queue for queue in self._queues.values() if queue.state == QueueState.PENDING]
+                to_reopen = [queue for queue in self._queues if queue.state == QueueState.PENDING]
                 # A configure buffered for a queue being reopened names a qId the new
                 # connection does not know yet: it goes after the reopen (so its options win).
                 buffered, deferred = self._requests.for_new_connection({id(queue) for queue in to_reopen})
@@ -492,17 +488,7 @@ class Session:
         timeout = self.options.open_queue_timeout if timeout is None else timeout
         with self._lock:
             self._check_running()
-            if uri in self._queues:
-                raise QueueStateError(f"{uri} is already open in this session")
-            queue_id, handles = self._queue_ids.get(parsed.canonical, (None, 0))
-            if queue_id is None:
-                queue_id = self._next_queue_id
-                self._next_queue_id += 1
-            self._queue_ids[parsed.canonical] = (queue_id, handles + 1)
-            sub_id = 0
-            if parsed.app_id is not None:
-                sub_id = self._next_sub_ids.get(parsed.canonical, 1)
-                self._next_sub_ids[parsed.canonical] = sub_id + 1
+            queue_id, sub_id = self._queues.reserve(uri, parsed)
             queue = Queue(
                 self,
                 parsed,
@@ -513,7 +499,7 @@ class Session:
                 queue_id=queue_id,
                 sub_id=sub_id,
             )
-            self._queues[uri] = queue
+            self._queues.add(queue)
         deadline = time.monotonic() + timeout
         generation = self._generation
         try:
@@ -578,23 +564,17 @@ class Session:
         """ConfigureStream with fresh subscription ids, registered before the request so that
         a PUSH following the response on the stream finds its queue."""
         with self._lock:
-            count = 0 if deconfigure else max(1, len(options.subscriptions))
-            ids = [next(self._subscription_ids) for _ in range(count)]
-            for sid in ids:
-                self._readers[(queue.queue_id, sid)] = queue
+            ids = self._queues.subscribe(queue, 0 if deconfigure else max(1, len(options.subscriptions)))
         params = self._stream_parameters(queue, options, ids)
         try:
             self._call({"configureStream": {"qId": queue.queue_id, "streamParameters": params}}, timeout,
                        f"configure {queue.uri}", buffered=buffered, queue=queue)
         except BaseException:
             with self._lock:
-                for sid in ids:
-                    self._readers.pop((queue.queue_id, sid), None)
+                self._queues.unsubscribe(queue, ids)
             raise
         with self._lock:
-            for sid in queue.subscription_ids:
-                self._readers.pop((queue.queue_id, sid), None)
-            queue.subscription_ids = ids
+            self._queues.replace_subscriptions(queue, ids)
 
     def _lookup(self, uri: str) -> Queue:
         queue = self._queues.get(uri)
@@ -680,21 +660,12 @@ class Session:
         of the canonical URI stays open in this session (protocol §8.5); a final close of a shared
         qId would make the broker drop the other handles (writer, other appIds)."""
         with self._lock:
-            _, handles = self._queue_ids.get(queue._parsed.canonical, (None, 1))
-        return {"closeQueue": {"handleParameters": queue._handle_parameters(), "isFinal": handles <= 1}}
+            final = self._queues.is_last_handle(queue)
+        return {"closeQueue": {"handleParameters": queue._handle_parameters(), "isFinal": final}}
 
     def _forget_queue(self, queue: Queue, status: AckStatus) -> None:
         with self._lock:
-            if self._queues.get(queue.uri) is queue:
-                del self._queues[queue.uri]
-                canonical = queue._parsed.canonical
-                queue_id, handles = self._queue_ids[canonical]
-                if handles > 1:
-                    self._queue_ids[canonical] = (queue_id, handles - 1)
-                else:
-                    del self._queue_ids[canonical]
-            for key in [key for key, reader in self._readers.items() if reader is queue]:
-                del self._readers[key]
+            self._queues.forget(queue)
             queue._mark_closed()
         self._puts.cancel_queue(queue, status)
 
@@ -793,21 +764,17 @@ class Session:
 
     # ---- consuming --------------------------------------------------------------------
     def _handle_push(self, event: bytes) -> None:
-        readers = self._readers
+        readers = self._queues.readers
         for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event):
             for sid in sub_ids:
                 queue = readers.get((queue_id, sid))
                 if queue is None:
-                    queue = self._sole_reader(queue_id)
+                    with self._lock:
+                        queue = self._queues.sole_reader(queue_id)
                     if queue is None:
                         logger.warning("PUSH for unknown queue %d / subscription %d dropped", queue_id, sid)
                         continue
                 queue._deliver(Message(payload, guid, queue, area, new_style))
-
-    def _sole_reader(self, queue_id: int) -> Optional[Queue]:
-        with self._lock:
-            found = {id(q): q for (qid, _), q in self._readers.items() if qid == queue_id}
-        return next(iter(found.values())) if len(found) == 1 else None
 
     def confirm(self, message: Message) -> None:
         """Confirm one message (same as ``message.confirm()``)."""
@@ -861,7 +828,7 @@ class Session:
         with self._lock:
             # Only queues whose state changes: a queue opened while unhealthy started suspended,
             # and one that never was suspended must not be reported resumed.
-            queues = [q for q in self._queues.values()
+            queues = [q for q in self._queues
                       if q.options.suspends_on_bad_host_health and q.is_open and q.suspended == healthy]
         for queue in queues:
             try:
@@ -927,9 +894,7 @@ class Session:
                 self._connecting.abort()
             conn, self._conn = self._conn, None
             requests = self._requests.take_all()
-            queues = list(self._queues.values())
-            self._queues.clear()
-            self._readers.clear()
+            queues = self._queues.clear()
             self._wake.notify_all()
         monitor = self.options.host_health_monitor
         if monitor is not None:
