@@ -1,4 +1,5 @@
-"""Regression tests for reconnect bugs found by QA round 2 (one test per bug)."""
+"""What happens while a session reconnects: posts expire on time, a configure in flight at the
+drop is applied after the reopen, a reopen that times out is reported and retried."""
 from __future__ import annotations
 
 import threading

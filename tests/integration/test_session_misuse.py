@@ -1,4 +1,5 @@
-"""Regression tests for client bugs found by QA (one section per bug)."""
+"""Misuse and races at the API's edges: handles of one URI, posts racing stop(), payload and
+argument types, broker addresses, confirms across sessions (each section was once a bug)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
