@@ -7,7 +7,13 @@ import datetime
 import json
 import os
 import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 
@@ -104,3 +110,79 @@ def emit(
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump({"benchmark": title, "machine": info, "results": dict(results)}, f, indent=2)
             f.write("\n")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User+system CPU seconds process ``pid`` has used so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BrokerProcess:
+    """The embedded broker in a child process (``python -m bmq.broker --port 0``), importing
+    the same bmq as this script; ``address``, ``port`` and ``cpu_seconds()`` for the figures."""
+
+    name = "embedded broker (own process)"
+
+    def __init__(self) -> None:
+        import bmq
+
+        root = str(Path(bmq.__file__).resolve().parents[1])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        self.proc = subprocess.Popen([sys.executable, "-m", "bmq.broker", "--port", "0"], cwd=root,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        banner = self.proc.stdout.readline()  # type: ignore[union-attr]
+        if "tcp://" not in banner:
+            self.stop()
+            raise RuntimeError(f"broker did not start: {banner!r}")
+        self.address = banner.split()[4]
+        self.port = int(self.address.rsplit(":", 1)[1])
+
+    def cpu_seconds(self) -> float:
+        return process_cpu_seconds(self.proc.pid)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class RealBrokerProcess(BrokerProcess):
+    """The real bmqbrkr from ``../shared/bmqbrkr`` (or ``home``) on a free port, fresh directory."""
+
+    name = "bmqbrkr"
+
+    def __init__(self, home: Path) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.address = f"tcp://127.0.0.1:{self.port}"
+        self._dir = tempfile.mkdtemp(prefix="bmqbrkr-bench-")
+        self.proc = subprocess.Popen([str(home / "run"), "--port", str(self.port), "--dir", self._dir],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"bmqbrkr did not start (see {self._dir}/logs)")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        super().stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def default_bmqbrkr_home() -> Path:
+    """``../shared/bmqbrkr`` beside the checkout this script is in."""
+    return Path(__file__).resolve().parents[2] / "shared" / "bmqbrkr"

@@ -18,61 +18,18 @@ JSON key: ``acked_put_msgs_per_s`` (the best producer), plus one key per produce
 """
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Callable, Dict, Optional
 
-import bmq
 from bmq import _codec
 from bmq.broker._rawclient import RawClient
-from _report import emit, make_parser
+from _report import BrokerProcess, emit, make_parser
 
-# Child processes import the same (installed) bmq as this script.
-ROOT = Path(bmq.__file__).resolve().parents[1]
 
 PAYLOAD = b"x" * 100
 URI = "bmq://bmq.test.mem.priority/bench-{}"
-
-
-class BrokerProcess:
-    """``python -m bmq.broker --port 0`` in a child process; the port from its banner."""
-
-    def __init__(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bmq.broker", "--port", "0"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
-        banner = self.proc.stdout.readline()  # type: ignore[union-attr]
-        if "tcp://" not in banner:
-            self.stop()
-            raise RuntimeError(f"broker did not start: {banner!r}")
-        self.address = banner.split()[4]
-        self.port = int(self.address.rsplit(":", 1)[1])
-
-    def cpu_seconds(self) -> float:
-        """User+system CPU the broker process has used so far (Linux /proc; 0 elsewhere)."""
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def run_raw(broker: BrokerProcess, count: int, batch: int = 512, window: int = 64 * 1024) -> float:

@@ -1,104 +1,170 @@
-"""End-to-end speed of bmq against the official ``blazingmq`` SDK, same broker, same run.
+"""End-to-end speed of bmq against the official ``blazingmq`` SDK, pattern by pattern: the same
+pattern on each side, the same broker, the same run.
 
-Workloads (each on a fresh queue, both clients measured back to back):
+Patterns (100-byte messages, each on a fresh queue, both clients back to back):
 
-* ``post_many``: N messages posted as fast as the client allows, timed until every ACK is in
-  (bmq: blocking ``Queue.post_many`` of 1,000 messages at a time; official: ``Session.post``
-  with an ``on_ack`` each, then wait for the last ACK).
-* ``post``: M single blocking posts (bmq: ``Queue.post``; official: ``post`` + wait for its
-  ACK), giving the post->ACK latency percentiles too.
-* ``consume``: N messages received and confirmed (bmq: ``get`` + ``confirm_many``; official:
-  ``on_message`` + ``confirm``). The same bmq producer fills the queue first; the clock runs
-  from opening the reader to the last confirm, so only consumption is timed.
+* ``post_many``: N messages as fast as the client allows, timed until the last ACK (bmq:
+  blocking ``post_many`` of 1,000; official: it has no batch call, so ``post`` with ``on_ack``
+  for every message, then wait for the last ACK: its fastest way to post).
+* ``post``: blocking ``post()`` from one thread (official: ``post`` + wait for its ACK), with
+  post->ACK latency percentiles.
+* ``post_8_threads``: blocking ``post()`` from 8 threads at once on one session.
+* ``post_async_window``: ``post_async`` keeping a window of 100 posts in flight (official: ``post``
+  with ``on_ack`` and the same window).
+* ``consume_get_confirm``: per message ``get()`` + ``confirm()`` (official: it has no pull API, so
+  its ``on_message`` hands each message to the consuming thread through a ``queue.Queue`` and
+  that thread confirms it).
+* ``consume_on_message_confirm``: per message ``on_message`` + ``confirm()`` on the callback thread.
+* ``consume_batch``: ``messages()`` + ``confirm_many`` (bmq only: the official SDK has no batch
+  confirm, so no ratio).
 
-Usage: ``python benchmarks/e2e.py [--broker ADDR] [--json FILE] [--messages N]``; without
-``--broker`` an embedded broker runs in a child process (its own GIL; its cost is part of
-every figure, for both clients alike). Targets: post_many >= 3x, post >= 1x, consume >= 2x
-the official SDK.
+Consumers drain a queue filled beforehand (by bmq); the clock runs from opening the reader to
+the last confirm. Each figure has the client's CPU seconds per message (this process) and the
+broker's (its process), so that where the time goes is visible.
+
+Usage: ``python benchmarks/e2e.py [--bmqbrkr | --broker ADDR] [--patterns p1,p2] [--json FILE]``.
+By default the embedded broker runs in its own process; ``--bmqbrkr`` starts the real broker
+from ``../shared/bmqbrkr`` (what production runs). Goals (issue 11, against bmqbrkr): every
+pattern >= 2x the official SDK; blocking post p50 and p99 <= 0.5x.
 """
 from __future__ import annotations
 
 import itertools
+import queue as stdqueue
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
 
 import bmq
-from bmq.broker import broker_address
-from _report import emit, make_parser
+from _report import BrokerProcess, RealBrokerProcess, default_bmqbrkr_home, emit, make_parser
 
 try:
     import blazingmq
 except ImportError:  # pragma: no cover - the comparison needs it
     blazingmq = None
 
-PAYLOAD_SIZE = 100
+PAYLOAD = b"x" * 100
 BATCH = 1000
+WINDOW = 100
+THREADS = 8
 CONSUME_WINDOW = 1000
 _names = itertools.count()
 
 
 def fresh_uri(tag: str) -> str:
-    return f"bmq://bmq.test.mem.priority/bench-{tag}-{next(_names)}-{time.monotonic_ns() % 10**9}"
+    return f"bmq://bmq.test.mem.priority/e2e-{tag}-{next(_names)}-{time.monotonic_ns() % 10**9}"
 
 
 def percentiles(samples: List[float]) -> Dict[str, float]:
-    """p50 / p99 (microseconds) of latency samples in seconds."""
+    """p50 / p90 / p99 in microseconds of latency samples in seconds."""
     ordered = sorted(samples)
     if not ordered:
-        return {"p50": float("nan"), "p99": float("nan")}
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e6  # noqa: E731
-    return {"p50": pick(0.50), "p99": pick(0.99)}
+        return {}
+    return {f"p{q}_us": ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] * 1e6 for q in (50, 90, 99)}
 
 
 # ---- bmq --------------------------------------------------------------------------------
-def bmq_post_many(address: str, count: int, payload: bytes) -> float:
+def bmq_post_many(address: str, count: int) -> Dict[str, float]:
     with bmq.Session(address) as session:
         queue = session.open_queue(fresh_uri("bmq-many"), write=True)
-        start = time.perf_counter()
         for offset in range(0, count, BATCH):
-            queue.post_many([payload] * min(BATCH, count - offset))  # raises unless all SUCCESS
-        return count / (time.perf_counter() - start)
+            queue.post_many([PAYLOAD] * min(BATCH, count - offset))  # raises unless all SUCCESS
+    return {}
 
 
-def bmq_post(address: str, count: int, payload: bytes) -> Dict[str, float]:
+def bmq_post(address: str, count: int) -> Dict[str, float]:
+    latencies = []
     with bmq.Session(address) as session:
         queue = session.open_queue(fresh_uri("bmq-one"), write=True)
-        latencies = []
-        start = time.perf_counter()
         for _ in range(count):
             t0 = time.perf_counter()
-            queue.post(payload)
+            queue.post(PAYLOAD)
             latencies.append(time.perf_counter() - t0)
-        rate = count / (time.perf_counter() - start)
-    return {"msgs_per_s": rate, **percentiles(latencies)}
+    return percentiles(latencies)
 
 
-def bmq_consume(address: str, uri: str, count: int) -> float:
+def bmq_post_threads(address: str, count: int) -> Dict[str, float]:
     with bmq.Session(address) as session:
-        start = time.perf_counter()
+        queue = session.open_queue(fresh_uri("bmq-threads"), write=True)
+        _in_threads(lambda n: [queue.post(PAYLOAD) for _ in range(n)], count)
+    return {}
+
+
+def bmq_post_async_window(address: str, count: int) -> Dict[str, float]:
+    with bmq.Session(address) as session:
+        queue = session.open_queue(fresh_uri("bmq-window"), write=True)
+        window: "stdqueue.SimpleQueue" = stdqueue.SimpleQueue()
+        for i in range(count):
+            if i >= WINDOW:
+                window.get().result(30)
+            window.put(queue.post_async(PAYLOAD))
+        while not window.empty():
+            window.get().result(30)
+    return {}
+
+
+def bmq_consume_get_confirm(address: str, uri: str, count: int) -> None:
+    with bmq.Session(address) as session:
         queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
-        received = 0
-        batch = []
-        while received < count:
+        for received in range(count):
             message = queue.get(timeout=30.0)
             if message is None:
                 raise RuntimeError(f"bmq consumer stalled at {received}/{count}")
-            batch.append(message)
-            received += 1
-            if len(batch) >= 100:
-                session.confirm_many(batch)
-                batch.clear()
-        session.confirm_many(batch)
-        return count / (time.perf_counter() - start)
+            message.confirm()
 
 
-def fill(address: str, uri: str, count: int, payload: bytes) -> None:
-    """Post ``count`` messages to ``uri`` with bmq; returns once every one is ACKed."""
+def bmq_consume_on_message(address: str, uri: str, count: int) -> None:
+    done = threading.Event()
+    received = itertools.count(1)
+
+    def on_message(message: bmq.Message) -> None:
+        message.confirm()
+        if next(received) == count:
+            done.set()
+
+    with bmq.Session(address) as session:
+        session.open_queue(uri, read=True, on_message=on_message,
+                           options=bmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
+        if not done.wait(120):
+            raise RuntimeError("bmq on_message consumer stalled")
+
+
+def bmq_consume_batch(address: str, uri: str, count: int) -> None:
+    with bmq.Session(address) as session:
+        queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
+        received = 0
+        while received < count:
+            batch = list(itertools.islice(queue.messages(timeout=30.0), 500))
+            if not batch:
+                raise RuntimeError(f"bmq consumer stalled at {received}/{count}")
+            session.confirm_many(batch)
+            received += len(batch)
+
+
+def fill(address: str, uri: str, count: int) -> None:
     with bmq.Session(address) as session:
         queue = session.open_queue(uri, write=True)
         for offset in range(0, count, BATCH):
-            queue.post_many([payload] * min(BATCH, count - offset))
+            queue.post_many([PAYLOAD] * min(BATCH, count - offset))
+
+
+def _in_threads(work: Callable[[int], Any], count: int) -> None:
+    errors: List[BaseException] = []
+
+    def run(n: int) -> None:
+        try:
+            work(n)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(count // THREADS,)) for _ in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 # ---- the official SDK -------------------------------------------------------------------
@@ -106,113 +172,232 @@ def official_session(address: str, on_message: Any = None) -> Any:
     return blazingmq.Session(lambda event: None, on_message=on_message, broker=address)
 
 
-def official_post_many(address: str, count: int, payload: bytes) -> float:
+def _official_writer(address: str, tag: str):
     session = official_session(address)
+    uri = fresh_uri(tag)
+    session.open_queue(uri, write=True)
+    return session, uri
+
+
+def _check(ack: Any) -> None:
+    if ack.status != blazingmq.AckStatus.SUCCESS:
+        raise RuntimeError(f"official SDK: NACK {ack.status}")
+
+
+def official_post_many(address: str, count: int) -> Dict[str, float]:
+    session, uri = _official_writer(address, "official-many")
     try:
-        uri = fresh_uri("official-many")
-        session.open_queue(uri, write=True)
+        left = [count]
         done = threading.Event()
-        acked = [0]
         lock = threading.Lock()
 
         def on_ack(ack: Any) -> None:
+            _check(ack)
             with lock:
-                acked[0] += 1
-                if acked[0] == count:
+                left[0] -= 1
+                if not left[0]:
                     done.set()
 
-        start = time.perf_counter()
         for _ in range(count):
-            session.post(uri, payload, on_ack=on_ack)
+            session.post(uri, PAYLOAD, on_ack=on_ack)
         if not done.wait(120):
             raise RuntimeError("official SDK: ACKs missing")
-        return count / (time.perf_counter() - start)
     finally:
         session.stop()
+    return {}
 
 
-def official_post(address: str, count: int, payload: bytes) -> Dict[str, float]:
-    session = official_session(address)
+def _official_blocking_post(session: Any, uri: str) -> None:
+    acked = threading.Event()
+    result: List[Any] = []
+    session.post(uri, PAYLOAD, on_ack=lambda ack: (result.append(ack), acked.set()))
+    if not acked.wait(30):
+        raise RuntimeError("official SDK: ACK missing")
+    _check(result[0])
+
+
+def official_post(address: str, count: int) -> Dict[str, float]:
+    session, uri = _official_writer(address, "official-one")
+    latencies = []
     try:
-        uri = fresh_uri("official-one")
-        session.open_queue(uri, write=True)
-        acked = threading.Event()
-        latencies = []
-        start = time.perf_counter()
         for _ in range(count):
-            acked.clear()
             t0 = time.perf_counter()
-            session.post(uri, payload, on_ack=lambda ack: acked.set())
-            if not acked.wait(30):
-                raise RuntimeError("official SDK: ACK missing")
+            _official_blocking_post(session, uri)
             latencies.append(time.perf_counter() - t0)
-        rate = count / (time.perf_counter() - start)
     finally:
         session.stop()
-    return {"msgs_per_s": rate, **percentiles(latencies)}
+    return percentiles(latencies)
 
 
-def official_consume(address: str, uri: str, count: int) -> float:
+def official_post_threads(address: str, count: int) -> Dict[str, float]:
+    session, uri = _official_writer(address, "official-threads")
+    try:
+        _in_threads(lambda n: [_official_blocking_post(session, uri) for _ in range(n)], count)
+    finally:
+        session.stop()
+    return {}
+
+
+def official_post_async_window(address: str, count: int) -> Dict[str, float]:
+    session, uri = _official_writer(address, "official-window")
+    room = threading.Semaphore(WINDOW)
+
+    def on_ack(ack: Any) -> None:
+        _check(ack)
+        room.release()
+
+    try:
+        for _ in range(count):
+            if not room.acquire(timeout=30):
+                raise RuntimeError("official SDK: ACKs missing")
+            session.post(uri, PAYLOAD, on_ack=on_ack)
+        for _ in range(WINDOW):
+            if not room.acquire(timeout=30):
+                raise RuntimeError("official SDK: ACKs missing")
+    finally:
+        session.stop()
+    return {}
+
+
+def official_consume_get_confirm(address: str, uri: str, count: int) -> None:
+    handoff: "stdqueue.SimpleQueue" = stdqueue.SimpleQueue()
+    session = official_session(address, lambda message, handle: handoff.put(message))
+    try:
+        session.open_queue(uri, read=True, options=blazingmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
+        for received in range(count):
+            try:
+                message = handoff.get(timeout=30.0)
+            except stdqueue.Empty:
+                raise RuntimeError(f"official consumer stalled at {received}/{count}") from None
+            session.confirm(message)
+    finally:
+        session.stop()
+
+
+def official_consume_on_message(address: str, uri: str, count: int) -> None:
     done = threading.Event()
-    received = [0]
+    received = itertools.count(1)
 
     def on_message(message: Any, handle: Any) -> None:
         handle.confirm()
-        received[0] += 1
-        if received[0] == count:
+        if next(received) == count:
             done.set()
 
     session = official_session(address, on_message)
     try:
-        start = time.perf_counter()
         session.open_queue(uri, read=True, options=blazingmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
         if not done.wait(120):
-            raise RuntimeError(f"official consumer stalled at {received[0]}/{count}")
-        return count / (time.perf_counter() - start)
+            raise RuntimeError("official on_message consumer stalled")
     finally:
         session.stop()
 
 
+# ---- measuring --------------------------------------------------------------------------
+PRODUCE = {
+    "post_many": (bmq_post_many, official_post_many, "messages"),
+    "post": (bmq_post, official_post, "posts"),
+    "post_8_threads": (bmq_post_threads, official_post_threads, "posts"),
+    "post_async_window": (bmq_post_async_window, official_post_async_window, "messages"),
+}
+CONSUME = {
+    "consume_get_confirm": (bmq_consume_get_confirm, official_consume_get_confirm),
+    "consume_on_message_confirm": (bmq_consume_on_message, official_consume_on_message),
+    "consume_batch": (bmq_consume_batch, None),
+}
+
+
+def measure(broker: BrokerProcess, run: Callable[[], Optional[Dict[str, float]]], count: int) -> Dict[str, float]:
+    """Throughput and CPU per message of the client (this process) and of the broker."""
+    client0, broker0, t0 = time.process_time(), broker.cpu_seconds(), time.perf_counter()
+    extra = run() or {}
+    elapsed = time.perf_counter() - t0
+    return {
+        "msgs_per_s": count / elapsed,
+        "client_cpu_us_per_msg": (time.process_time() - client0) / count * 1e6,
+        "broker_cpu_us_per_msg": (broker.cpu_seconds() - broker0) / count * 1e6,
+        **extra,
+    }
+
+
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
-    parser = make_parser("bmq vs the official blazingmq SDK, end to end")
-    parser.add_argument("--broker", help="broker address (default: an embedded broker)")
-    parser.add_argument("--messages", type=int, default=20000, help="messages for post_many and consume")
-    parser.add_argument("--posts", type=int, default=2000, help="single blocking posts")
+    parser = make_parser("bmq vs the official blazingmq SDK, pattern by pattern")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--broker", help="an already running broker's address (its CPU is not measured)")
+    where.add_argument("--bmqbrkr", nargs="?", const=str(default_bmqbrkr_home()), metavar="HOME",
+                       help="start the real bmqbrkr (default HOME: ../shared/bmqbrkr beside the checkout)")
+    parser.add_argument("--messages", type=int, default=20000, help="messages per throughput pattern")
+    parser.add_argument("--posts", type=int, default=4000, help="blocking posts per post pattern")
+    parser.add_argument("--patterns", default=",".join([*PRODUCE, *CONSUME]), help="comma-separated patterns")
     args = parser.parse_args(argv)
     if blazingmq is None:
         parser.error("the official SDK is needed for the comparison: pip install blazingmq")
-    payload = b"x" * PAYLOAD_SIZE
-    results: Dict[str, Any] = {"payload_bytes": PAYLOAD_SIZE, "messages": args.messages, "posts": args.posts}
-    # A broker in this process would share the GIL with the clients being measured.
-    with broker_address(args.broker, separate_process=True) as address:
-        results["bmq_post_many_msgs_per_s"] = bmq_post_many(address, args.messages, payload)
-        results["official_post_many_msgs_per_s"] = official_post_many(address, args.messages, payload)
-        for name, run in (("bmq", bmq_post), ("official", official_post)):
-            single = run(address, args.posts, payload)
-            results[f"{name}_post_msgs_per_s"] = single["msgs_per_s"]
-            results[f"{name}_post_ack_latency_p50_us"] = single["p50"]
-            results[f"{name}_post_ack_latency_p99_us"] = single["p99"]
-        for name, run in (("bmq", bmq_consume), ("official", official_consume)):
-            uri = fresh_uri(f"{name}-consume")
-            fill(address, uri, args.messages, payload)
-            results[f"{name}_consume_msgs_per_s"] = run(address, uri, args.messages)
-    for workload in ("post_many", "post", "consume"):
-        results[f"{workload}_ratio_vs_official"] = (
-            results[f"bmq_{workload}_msgs_per_s"] / results[f"official_{workload}_msgs_per_s"]
-        )
-    rows = [
-        [w, results[f"bmq_{w}_msgs_per_s"], results[f"official_{w}_msgs_per_s"], results[f"{w}_ratio_vs_official"]]
-        for w in ("post_many", "post", "consume")
-    ]
-    rows += [
-        [f"post->ACK {p} (us)", results[f"bmq_post_ack_latency_{p}_us"], results[f"official_post_ack_latency_{p}_us"],
-         results[f"official_post_ack_latency_{p}_us"] / results[f"bmq_post_ack_latency_{p}_us"]]
-        for p in ("p50", "p99")
-    ]
-    where = args.broker or "embedded broker"
-    emit(f"bmq end to end vs official SDK ({where}, {PAYLOAD_SIZE}-byte messages)",
-         ["workload", "bmq msg/s", "official msg/s", "ratio"], rows, results, args.json)
+    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
+    unknown = sorted(set(patterns) - set(PRODUCE) - set(CONSUME))
+    if unknown:
+        parser.error(f"unknown pattern(s) {unknown}; known: {', '.join([*PRODUCE, *CONSUME])}")
+    if args.broker:
+        broker: BrokerProcess = _External(args.broker)
+    elif args.bmqbrkr:
+        broker = RealBrokerProcess(Path(args.bmqbrkr))
+    else:
+        broker = BrokerProcess()
+    results: Dict[str, Any] = {"broker": broker.name, "payload_bytes": len(PAYLOAD), "messages": args.messages,
+                               "posts": args.posts}
+    rows = []
+    try:
+        for pattern in patterns:
+            figures = {}
+            if pattern in PRODUCE:
+                ours, theirs, size = PRODUCE[pattern]
+                count = getattr(args, size)
+                for name, run in (("bmq", ours), ("official", theirs)):
+                    figures[name] = measure(broker, lambda run=run: run(broker.address, count), count)
+            else:
+                ours, theirs = CONSUME[pattern]
+                count = args.messages
+                for name, run in (("bmq", ours), ("official", theirs)):
+                    if run is None:
+                        continue
+                    uri = fresh_uri(f"{name}-{pattern}")
+                    fill(broker.address, uri, count)
+                    figures[name] = measure(broker, lambda run=run, uri=uri: run(broker.address, uri, count), count)
+            for name, values in figures.items():
+                results.update({f"{name}_{pattern}_{key}": value for key, value in values.items()})
+            official = figures.get("official")
+            ratio = figures["bmq"]["msgs_per_s"] / official["msgs_per_s"] if official else None
+            if ratio is not None:
+                results[f"{pattern}_ratio_vs_official"] = ratio
+            rows.append([pattern, figures["bmq"]["msgs_per_s"], official["msgs_per_s"] if official else "-",
+                         ratio if ratio is not None else "-",
+                         figures["bmq"]["client_cpu_us_per_msg"],
+                         official["client_cpu_us_per_msg"] if official else "-",
+                         figures["bmq"]["broker_cpu_us_per_msg"]])
+            for q in ("p50", "p90", "p99"):
+                if f"{q}_us" in figures["bmq"] and official:
+                    ours_q, theirs_q = figures["bmq"][f"{q}_us"], official[f"{q}_us"]
+                    results[f"{pattern}_{q}_latency_ratio_vs_official"] = ours_q / theirs_q
+                    rows.append([f"  {pattern} {q} latency (us)", ours_q, theirs_q, ours_q / theirs_q, "", "", ""])
+    finally:
+        broker.stop()
+    emit(f"bmq vs official SDK, pattern by pattern ({broker.name}, {len(PAYLOAD)}-byte messages)",
+         ["pattern", "bmq msg/s", "official msg/s", "ratio", "bmq CPU us/msg", "official CPU us/msg",
+          "broker CPU us/msg (bmq run)"], rows, results, args.json)
     return results
+
+
+class _External(BrokerProcess):
+    """A broker this script did not start: its address only."""
+
+    name = "external broker"
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def cpu_seconds(self) -> float:
+        return 0.0
+
+    def stop(self) -> None:
+        pass
 
 
 if __name__ == "__main__":
