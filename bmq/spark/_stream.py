@@ -93,10 +93,12 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
     def prepareForTriggerAvailableNow(self) -> None:
         """Make this run end once it has caught up with the queue (Trigger.AvailableNow).
 
-        A queue has no end offset to record: "available now" is every message that arrived
-        before the first micro-batch that emptied the queue. After it, :meth:`read` plans no
-        more batches, and its next call confirms that last batch (Spark asks for another batch
-        only once the previous one has ended), so the run leaves nothing unconfirmed.
+        A queue has no end offset to record. The run has caught up when a :meth:`read` gets no
+        message at all: that read first confirms every earlier batch, so the broker may deliver
+        up to the consumer's whole window, and then waits ``pollTimeout`` for a first message.
+        A read that only drains what had already arrived locally proves nothing (the broker may
+        still be sending the rest of the window), so batches go on until such an empty read;
+        it returns ``start`` and Spark ends the run with every batch confirmed.
         """
         with self._lock:
             self._available_now = True
@@ -132,9 +134,9 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
                 self._confirm_through(self._seq)
             if self._caught_up:
                 return iter(()), start
-            messages, emptied = self._take()
-            self._caught_up = self._available_now and emptied
+            messages = self._take()
             if not messages:
+                self._caught_up = self._available_now
                 return iter(()), start
             if self._make_row is None:
                 self._make_row = message_row_factory(self._schema)
@@ -200,8 +202,8 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("blazingmq: confirmed up to seq %d of %s", seq, self._options.queue)
 
-    def _take(self) -> Tuple[List[Any], bool]:
-        """The next batch's messages, and whether taking them left no message waiting."""
+    def _take(self) -> List[Any]:
+        """The next batch's messages: up to the batch limits, waiting ``pollTimeout`` for the first."""
         if self._connection is None:
             limit = self._options.max_bytes_per_batch
             self._connection = _session.open_consumer(
@@ -218,6 +220,6 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
             messages.append(message)
             size += len(message.data)
             if len(messages) >= self._options.max_messages_per_batch or size >= self._options.max_bytes_per_batch:
-                return messages, False
+                return messages
             message = queue.get(timeout=0)
-        return messages, True
+        return messages

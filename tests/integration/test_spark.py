@@ -341,6 +341,36 @@ def test_available_now_stream_confirms_every_batch_and_stops(spark: SparkSession
     assert broker.wait_for(lambda: broker.queue_messages(uri) == [], timeout=30)
 
 
+@pytest.mark.parametrize("kind", ["embedded", "bmqbrkr"])
+def test_available_now_drains_a_queue_ten_batches_deep(spark: SparkSession, request: pytest.FixtureRequest,
+                                                        kind: str) -> None:
+    target = request.getfixturevalue("broker" if kind == "embedded" else "bmqbrkr")
+    uri = new_queue("available-now-deep")
+    payloads = [f"d{i}".encode() for i in range(10_000)]
+    post(target, uri, payloads)
+    name = f"available_now_deep_{uuid.uuid4().hex[:8]}"
+    query = (
+        spark.readStream.format("blazingmq")
+        .option("broker", target.address)
+        .option("queue", uri)
+        .option("maxMessagesPerBatch", "1000")
+        .load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(timeout=240)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    rows = [row.data for row in spark.sql(f"select data from {name}").collect()]
+    assert sorted(rows) == sorted(payloads)  # all of them, each once
+    # ... and every one confirmed: nothing is left for the next consumer.
+    assert drain(target, uri, 0) == []
+
+
 # ---- the example -------------------------------------------------------------------------------
 
 

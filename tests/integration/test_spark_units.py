@@ -382,7 +382,7 @@ def test_stream_reader_batches_replays_and_confirms_finished_batches(consumer: F
     assert payloads(consumer.confirmed) == [f"m{i}".encode() for i in range(25)]
 
 
-def test_stream_reader_available_now_stops_once_the_queue_is_emptied(consumer: FakeConsumer) -> None:
+def test_stream_reader_available_now_stops_at_the_first_read_that_gets_nothing(consumer: FakeConsumer) -> None:
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
     reader = stream_reader(per_batch=10)
@@ -394,10 +394,16 @@ def test_stream_reader_available_now_stops_once_the_queue_is_emptied(consumer: F
         rows, offset = reader.read(offset)
         sizes.append(len(list(rows)))
     assert sizes == [10, 10, 5]
+    # Emptying the local inbox is not the end: the broker may still be delivering (flow control).
+    consumer.waiting.append(FakeMessage(98))
+    rows, offset = reader.read(offset)
+    assert [r[0] for r in rows] == [b"m98"]
+    rows, end = reader.read(offset)  # nothing came within pollTimeout, every batch confirmed
+    assert list(rows) == [] and end == offset  # Spark ends the run ...
+    assert len(consumer.confirmed) == 26  # ... with every batch confirmed
     consumer.waiting.append(FakeMessage(99))  # arrived after the run caught up with the queue
     rows, end = reader.read(offset)
-    assert list(rows) == [] and end == offset  # Spark ends the run ...
-    assert len(consumer.confirmed) == 25  # ... with every batch confirmed
+    assert list(rows) == [] and end == offset
     assert payloads(consumer.waiting) == [b"m99"]
 
 
