@@ -8,7 +8,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, List, Set
+from typing import Any, Iterator, List, Set, Tuple
 
 import pytest
 
@@ -312,30 +312,28 @@ def test_stream_moves_20k_messages_and_loses_none_across_a_failure(
 
 
 
-def test_available_now_stream_confirms_every_batch_and_stops(spark: SparkSession, broker: Broker) -> None:
-    uri = new_queue("available-now")
-    post(broker, uri, [f"a{i}".encode() for i in range(25)])
+def run_available_now(spark: SparkSession, address: str, uri: str, timeout: float,
+                      **options: str) -> Tuple[Any, List[bytes]]:
+    """Run a Trigger.AvailableNow query of ``uri`` into a memory table until it ends by itself;
+    the finished query and the ``data`` of every row it wrote."""
     name = f"available_now_{uuid.uuid4().hex[:8]}"
-    query = (
-        spark.readStream.format("blazingmq")
-        .option("broker", broker.address)
-        .option("queue", uri)
-        .option("maxMessagesPerBatch", "10")
-        .option("pollTimeout", "0.2")
-        .load()
-        .writeStream.format("memory")
-        .queryName(name)
-        .trigger(availableNow=True)
-        .start()
-    )
+    reader = spark.readStream.format("blazingmq").option("broker", address).option("queue", uri)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = reader.load().writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
     try:
-        assert query.awaitTermination(timeout=60)
+        assert query.awaitTermination(timeout=timeout)
     finally:
         query.stop()
     assert query.exception() is None
-    assert sorted(row.data for row in spark.sql(f"select data from {name}").collect()) == sorted(
-        f"a{i}".encode() for i in range(25)
-    )
+    return query, [row.data for row in spark.sql(f"select data from {name}").collect()]
+
+
+def test_available_now_stream_confirms_every_batch_and_stops(spark: SparkSession, broker: Broker) -> None:
+    uri = new_queue("available-now")
+    post(broker, uri, [f"a{i}".encode() for i in range(25)])
+    query, rows = run_available_now(spark, broker.address, uri, 60, maxMessagesPerBatch="10", pollTimeout="0.2")
+    assert sorted(rows) == sorted(f"a{i}".encode() for i in range(25))
     assert [progress["numInputRows"] for progress in query.recentProgress if progress["numInputRows"]] == [10, 10, 5]
     # The last batch too was confirmed (the CONFIRMs may still be on their way to the broker).
     assert broker.wait_for(lambda: broker.queue_messages(uri) == [], timeout=30)
@@ -348,24 +346,7 @@ def test_available_now_drains_a_queue_ten_batches_deep(spark: SparkSession, requ
     uri = new_queue("available-now-deep")
     payloads = [f"d{i}".encode() for i in range(10_000)]
     post(target, uri, payloads)
-    name = f"available_now_deep_{uuid.uuid4().hex[:8]}"
-    query = (
-        spark.readStream.format("blazingmq")
-        .option("broker", target.address)
-        .option("queue", uri)
-        .option("maxMessagesPerBatch", "1000")
-        .load()
-        .writeStream.format("memory")
-        .queryName(name)
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        assert query.awaitTermination(timeout=240)
-    finally:
-        query.stop()
-    assert query.exception() is None
-    rows = [row.data for row in spark.sql(f"select data from {name}").collect()]
+    _, rows = run_available_now(spark, target.address, uri, 240, maxMessagesPerBatch="1000")
     assert sorted(rows) == sorted(payloads)  # all of them, each once
     # ... and every one confirmed: nothing is left for the next consumer.
     assert drain(target, uri, 0) == []
