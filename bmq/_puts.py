@@ -13,13 +13,14 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from . import _codec
+from . import _codec, _properties
 from ._dispatch import new_futures, resolve_future
 from ._outbox import OutboxRecord
 from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus, QueueState
 from .exceptions import (
+    ArgumentTypeError,
     BandwidthLimitError,
     ConnectionLost,
     Error,
@@ -42,6 +43,40 @@ _ACK_REQUESTED = _codec.PUT_ACK_REQUESTED
 _RETRANSMIT_CHUNK = 10000
 
 OnAck = Optional[Callable[[Ack], None]]
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _payload_list(payloads: Sequence[Any], single: bool) -> List[bytes]:
+    """The payloads as a new list of immutable bytes (they are kept for re-sending).
+
+    Raises:
+        ArgumentTypeError: a payload that is not bytes-like (``bytes(5)`` would silently make five
+            NUL bytes, so nothing is coerced).
+        InvalidArgumentError: an empty payload.
+    """
+    if all(type(p) is bytes for p in payloads):
+        result = list(payloads)
+    else:
+        result = []
+        for i, p in enumerate(payloads):
+            if not isinstance(p, _BYTES_LIKE):
+                name = "data" if single else f"payloads[{i}]"
+                raise ArgumentTypeError(f"{name} must be bytes, bytearray or memoryview, not {type(p).__name__}")
+            result.append(p if type(p) is bytes else bytes(p))
+    if not all(result):
+        name = "data" if single else f"payloads[{result.index(b'')}]"
+        raise InvalidArgumentError(f"{name} is empty: BlazingMQ messages need a payload")
+    return result
+
+
+def _encode_properties(properties: Any, property_types: Any, count: int, new_style: bool) -> Any:
+    """One encoded area for every message (a mapping or None), or a list of one per message."""
+    if properties is None or isinstance(properties, Mapping):
+        return _properties.encode(properties, property_types, new_style)
+    areas = _properties.encode_each(list(properties), property_types, new_style)
+    if len(areas) != count:
+        raise InvalidArgumentError(f"{len(areas)} property mappings for {count} payloads")
+    return areas
 
 
 class Batch:
@@ -113,18 +148,34 @@ class PendingPuts:
         return len(self._pending)
 
     # ---- posting ----------------------------------------------------------------------
-    def post(self, queue: "Queue", guids: bytes, payloads: List[bytes], properties: Any, new_style: bool,
-             compression: int, on_ack: OnAck, asynchronous: bool, caller_guids: bool) -> Batch:
-        """Build the PUT events of one post call, write them to the outbox (if any), then
-        :meth:`track_and_send` them.
+    def post(self, queue: "Queue", payloads: Sequence[Any], properties: Any, property_types: Any,
+             guids: Optional[bytes], generator: Any, new_style: bool, compression: int, on_ack: OnAck,
+             asynchronous: bool, single: bool = False) -> Batch:
+        """Build the PUT events of one post call in the calling thread, write them to the
+        outbox (if any), then :meth:`track_and_send` them.
 
-        ``properties``: one encoded area (or None) for every message, or a list of one per message.
+        Args:
+            payloads: bytes-like payloads (copied into immutable bytes: they are kept for re-sending).
+            properties: one mapping (or None) for every message, or a sequence of one per message.
+            guids: the caller's GUIDs (16 bytes per message), or None to make them with ``generator``.
+            new_style: the property encoding the connection negotiated.
+            compression: the compression algorithm's wire value.
+            asynchronous: one future per message, else the caller waits on the batch.
+            single: name the payload ``data`` (post) rather than ``payloads[i]`` in errors.
 
         Raises:
-            OutboxError: the outbox could not record them (nothing was sent); and what
-                :meth:`track_and_send` raises.
+            ArgumentTypeError, InvalidArgumentError, PropertyError: bad payloads, properties or
+                GUIDs (nothing sent). OutboxError: the outbox could not record them (nothing
+                sent); and what :meth:`track_and_send` raises.
         """
+        payloads = _payload_list(payloads, single)
         count = len(payloads)
+        properties = _encode_properties(properties, property_types, count, new_style)
+        caller_guids = guids is not None
+        if guids is None:
+            guids = generator.generate(count) if count else b""
+        elif len(guids) != 16 * count:
+            raise InvalidArgumentError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
         events = _codec.build_put_events(queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED,
                                          compression=compression, new_style_properties=new_style)
         per_message = properties if isinstance(properties, list) else [properties] * count

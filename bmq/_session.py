@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Union, cast
 
-from . import _codec, _properties, _schema
+from . import _codec, _schema
 from . import events as ev
 from ._protocol import DEFAULT_APP_ID
 from ._dispatch import Dispatcher, fail_future
@@ -33,7 +33,6 @@ from .exceptions import (
     BrokerError,
     ConnectionError,
     ConnectionLost,
-    ArgumentTypeError,
     Error,
     InvalidArgumentError,
     OutboxError,
@@ -53,30 +52,6 @@ _ACK_EXPIRY_TICK = 0.1
 _CONFIRM_CHUNK = 20000
 _EVENT_BACKLOG = 10000
 _session_ids = itertools.count(1)
-_BYTES_LIKE = (bytes, bytearray, memoryview)
-
-
-def _payload_list(payloads: Sequence[Any], single: bool) -> List[bytes]:
-    """The payloads as a new list of immutable bytes (they are kept for re-sending).
-
-    Raises:
-        ArgumentTypeError: a payload that is not bytes-like (``bytes(5)`` would silently make five
-            NUL bytes, so nothing is coerced).
-        InvalidArgumentError: an empty payload.
-    """
-    if all(type(p) is bytes for p in payloads):
-        result = list(payloads)
-    else:
-        result = []
-        for i, p in enumerate(payloads):
-            if not isinstance(p, _BYTES_LIKE):
-                name = "data" if single else f"payloads[{i}]"
-                raise ArgumentTypeError(f"{name} must be bytes, bytearray or memoryview, not {type(p).__name__}")
-            result.append(p if type(p) is bytes else bytes(p))
-    if not all(result):
-        name = "data" if single else f"payloads[{result.index(b'')}]"
-        raise InvalidArgumentError(f"{name} is empty: BlazingMQ messages need a payload")
-    return result
 
 
 class Session:
@@ -697,15 +672,6 @@ class Session:
             data, properties, property_types=property_types, compression=compression, on_ack=on_ack
         )
 
-    @staticmethod
-    def _encode_properties(properties: Any, property_types: Any, count: int, new_style: bool) -> Any:
-        if properties is None or isinstance(properties, Mapping):
-            return _properties.encode(properties, property_types, new_style)
-        areas = _properties.encode_each(list(properties), property_types, new_style)
-        if len(areas) != count:
-            raise InvalidArgumentError(f"{len(areas)} property mappings for {count} payloads")
-        return areas
-
     def _post(
         self,
         queue: Queue,
@@ -718,9 +684,8 @@ class Session:
         asynchronous: bool,
         single: bool = False,
     ) -> Batch:
-        """Build PUT events in the calling thread, record them, hand them to the writer.
-        ``asynchronous`` makes one future per message, else the caller waits on the batch;
-        ``single`` names the payload ``data`` (post) rather than ``payloads[i]`` in errors."""
+        """Check that ``queue`` takes posts now, then hand them to the PUT path (in the calling
+        thread): :meth:`PendingPuts.post` builds, records and sends them."""
         if not queue.write:
             raise QueueStateError(f"{queue.uri} was not opened with write=True")
         if queue.state not in (QueueState.OPEN, QueueState.PENDING):
@@ -728,20 +693,11 @@ class Session:
             raise QueueStateError(f"{queue.uri} is {queue.state}")
         if queue.suspended:
             raise QueueStateError(f"{queue.uri} is suspended (host unhealthy)")
-        payloads = _payload_list(payloads, single)
-        count = len(payloads)
         algorithm = self.options.compression if compression is None else _compression(compression)
-        cat = cast(CompressionAlgorithmType, algorithm).value  # SessionOptions normalised it
-        # Read once: a reconnect may change the broker's features in the middle of this call.
-        new_style = self._new_style
-        area = self._encode_properties(properties, property_types, count, new_style)
-        caller_guids = guids is not None
-        if guids is None:
-            guids = self._guids.generate(count) if count else b""
-        elif len(guids) != 16 * count:
-            raise InvalidArgumentError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
         try:
-            return self._puts.post(queue, guids, payloads, area, new_style, cat, on_ack, asynchronous, caller_guids)
+            # _new_style read once: a reconnect may change the broker's features meanwhile.
+            return self._puts.post(queue, payloads, properties, property_types, guids, self._guids, self._new_style,
+                                   cast(CompressionAlgorithmType, algorithm).value, on_ack, asynchronous, single)
         except OutboxError:
             self._check_running()  # stop() closed the outbox under us: say so
             raise
