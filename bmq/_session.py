@@ -24,9 +24,10 @@ from ._outbox import Outbox, OutboxRecord
 from ._puts import Batch, PendingPuts
 from ._connection import Connection, client_identity
 from ._queue import Queue
+from ._recovery import Recovery
 from ._registry import QueueRegistry
 from ._requests import ControlRequests, Request
-from ._transport import Transport, parse_broker_address
+from ._transport import parse_broker_address
 from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, QueueState, SessionState
 from ._uri import parse_uri
 from .exceptions import (
@@ -48,7 +49,6 @@ logger = logging.getLogger(__name__)
 # Waiting for an ACK blocks a little longer than ack_timeout: the supervisor resolves the
 # future as TIMEOUT at ack_timeout, so the caller sees that rather than a bare TimeoutError.
 _ACK_WAIT_MARGIN = 5.0
-_ACK_EXPIRY_TICK = 0.1
 _CONFIRM_CHUNK = 20000
 _EVENT_BACKLOG = 10000
 _session_ids = itertools.count(1)
@@ -120,11 +120,7 @@ class Session:
         self.outbox_recovered = sum(map(len, self._recovered.values()))
         """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
         GUID) when its queue is opened for writing."""
-        self._supervisor = threading.Thread(target=self._guarded, args=(self._supervise,),
-                                            name=f"bmq-supervisor-{self._id}", daemon=True)
-        # Its own thread: ACKs must expire on time even while the supervisor blocks reconnecting.
-        self._ack_timer = threading.Thread(target=self._guarded, args=(self._expire_acks,),
-                                           name=f"bmq-ack-timer-{self._id}", daemon=True)
+        self._recovery = Recovery(self)
         self._connecting: Optional[Connection] = None
         try:
             conn = self._connect(options.connect_timeout)
@@ -138,8 +134,7 @@ class Session:
             self._stopped.set()
             raise
         self._puts.restore(conn.transport, lambda: True)
-        self._supervisor.start()
-        self._ack_timer.start()
+        self._recovery.start()
         monitor = options.host_health_monitor
         if monitor is not None:
             self._host_healthy = monitor.healthy
@@ -202,138 +197,8 @@ class Session:
             self._emit(ev.Error(f"bad data from the broker, connection dropped: {exc!r}"))
         self._emit(ev.ConnectionLost(str(exc)))
 
-    # ---- supervisor (reconnect, reopen, retransmit) and ACK timer ----------------------
-    def _guarded(self, loop: Callable[[], None]) -> None:
-        try:
-            loop()
-        except Exception:  # a bug here must not leave callers hanging
-            logger.exception("session thread %s crashed; stopping the session", threading.current_thread().name)
-            threading.Thread(target=self.stop, name=f"bmq-stopper-{self._id}", daemon=True).start()
-
-    def _supervise(self) -> None:
-        while True:
-            with self._lock:
-                while self._state not in (SessionState.RECONNECTING, SessionState.STOPPING,
-                                          SessionState.STOPPED):
-                    self._wake.wait()
-                if self._stopping():
-                    return
-            self._reconnect()
-
-    def _expire_acks(self) -> None:
-        while True:
-            with self._lock:
-                if self._stopping():
-                    return
-                self._wake.wait(_ACK_EXPIRY_TICK)
-            self._puts.expire()
-
     def _stopping(self) -> bool:
         return self._state in (SessionState.STOPPING, SessionState.STOPPED)
-
-    def _reconnect(self) -> None:
-        policy = self.options.reconnect
-        attempt = 0
-        while True:
-            if not policy.enabled or (policy.max_attempts is not None and attempt >= policy.max_attempts):
-                logger.warning("giving up reconnecting to %s after %d attempt(s)", self.broker, attempt)
-                self._emit(ev.Error(f"could not reconnect to {self.broker}; session stopped"))
-                with self._lock:
-                    if self._state == SessionState.RECONNECTING:
-                        self._state = SessionState.STOPPING
-                threading.Thread(target=self.stop, name=f"bmq-stopper-{self._id}", daemon=True).start()
-                return
-            with self._lock:
-                if self._stopping():
-                    return
-                self._wake.wait(policy.delay(attempt))
-                if self._stopping():
-                    return
-            attempt += 1
-            try:
-                conn = self._connect(self.options.connect_timeout)
-            except (Error, OSError) as e:
-                logger.info("reconnect attempt %d to %s failed: %s", attempt, self.broker, e)
-                continue
-            with self._lock:
-                if self._stopping():
-                    conn.transport.close()
-                    return
-                try:
-                    self._adopt(conn)
-                except ConnectionLost:
-                    continue
-                to_reopen = [queue for queue in self._queues if queue.state == QueueState.PENDING]
-                # A configure buffered for a queue being reopened names a qId the new
-                # connection does not know yet: it goes after the reopen (so its options win).
-                buffered, deferred = self._requests.for_new_connection({id(queue) for queue in to_reopen})
-            logger.warning("reconnected to %s", self.broker)
-            self._emit(ev.Reconnected())
-            transport = conn.transport
-            assert transport is not None
-            try:
-                for data in buffered:
-                    transport.send_control(data)
-                for queue in to_reopen:
-                    self._reopen(queue)
-                self._resend_configures(deferred, transport)
-                self._puts.restore(transport, lambda: self._conn is conn)
-            except (ConnectionLost, TimeoutError) as e:
-                logger.warning("connection lost again while restoring state: %s", e)
-                if isinstance(e, TimeoutError):
-                    # The broker is slow, it sent no bad data: say so, then start over.
-                    self._emit(ev.Error(f"could not restore the session state after reconnecting to "
-                                        f"{self.broker}: {e}; reconnecting again"))
-                    e = ConnectionLost(f"reconnecting again: {e}")
-                with self._lock:
-                    if self._conn is conn:
-                        # A timeout, not a failure: close() reports nothing, so run the
-                        # failure path ourselves.
-                        transport.close()
-                        self._on_connection_failure(conn, e)
-                attempt = 0
-                continue
-            with self._lock:
-                if self._conn is conn and self._state == SessionState.RECONNECTING:
-                    self._state = SessionState.STARTED
-            self._emit(ev.StateRestored())
-            return
-
-    def _resend_configures(self, deferred: List[Request], transport: Transport) -> None:
-        """Re-send the configures held back until their queues were reopened; those whose
-        queue could not be reopened fail (their caller has not given up waiting yet)."""
-        for request in deferred:
-            queue = request.queue
-            assert queue is not None
-            with self._lock:
-                if not self._requests.is_pending(request):
-                    continue  # its caller timed out meanwhile
-                reopened = queue.state == QueueState.OPEN
-                if not reopened:
-                    self._requests.discard(request)
-            if reopened:
-                transport.send_control(request.data)
-            else:
-                fail_future(request.future, QueueStateError(f"{queue.uri} could not be reopened: not configured"))
-
-    def _reopen(self, queue: Queue) -> None:
-        try:
-            applied = queue.options
-            self._open_handle(queue, self.options.open_queue_timeout, buffered=False)
-            if queue.read and queue.options is not applied and not queue.suspended:
-                # configure_queue() ran during the reopen: catch up with its options.
-                self._configure_handle(queue, queue.options, self.options.configure_queue_timeout, buffered=False)
-        except (ConnectionLost, TimeoutError):
-            raise
-        except Error as e:
-            logger.warning("reopening %s failed: %s", queue.uri, e)
-            self._forget_queue(queue, AckStatus.UNKNOWN)
-            self._emit(ev.QueueReopenFailed(queue.uri, str(e)))
-            return
-        with self._lock:
-            if queue.state == QueueState.PENDING:
-                queue.state = QueueState.OPEN
-        self._emit(ev.QueueReopened(queue.uri))
 
     # ---- events ---------------------------------------------------------------------
     def _emit(self, event: ev.SessionEvent) -> None:
@@ -837,7 +702,7 @@ class Session:
         self._shutdown(deadline)
 
     def _own_threads(self) -> List[threading.Thread]:
-        threads = [self._dispatcher.thread, self._supervisor, self._ack_timer]
+        threads = [self._dispatcher.thread, *self._recovery.threads]
         conn = self._conn
         if conn is not None:
             threads += [t for t in (conn.transport._reader, conn.transport._writer) if t is not None]
@@ -867,7 +732,7 @@ class Session:
             queue._mark_closed()
         self._puts.close()
         current = threading.current_thread()
-        for thread in (self._supervisor, self._ack_timer):
+        for thread in self._recovery.threads:
             if thread.is_alive() and thread is not current:
                 thread.join(max(0.0, deadline - time.monotonic()))
         self._emit(ev.Disconnected())

@@ -1,0 +1,189 @@
+"""Recovery: the session's two background threads, and what a lost connection sets off.
+
+The supervisor thread sleeps until the session is RECONNECTING, then reconnects with the
+session's :class:`~bmq.ReconnectPolicy` (backoff with jitter), re-sends the buffered control
+requests, reopens every queue that was open (with its latest options), re-sends the configures
+held back for those queues, and finally lets :meth:`PendingPuts.restore` retransmit every
+unacknowledged PUT with its GUID. Only then is the state restored (events ``Reconnected`` →
+``QueueReopened``/``QueueReopenFailed`` → ``StateRestored``). The ACK timer thread resolves PUTs
+whose ACK did not come within ``ack_timeout``; it is a thread of its own so that ACKs expire on
+time even while the supervisor blocks in a reconnect.
+
+Both threads act on the session they belong to (its lock, state, connection and units); a
+failure inside them stops the session rather than leaving callers waiting.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Callable, List, Tuple
+
+from . import events as ev
+from ._dispatch import fail_future
+from ._queue import Queue
+from ._requests import Request
+from ._transport import Transport
+from ._types import AckStatus, QueueState, SessionState
+from .exceptions import ConnectionLost, Error, QueueStateError, TimeoutError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._session import Session
+
+__all__ = ["Recovery"]
+
+logger = logging.getLogger("bmq._session")  # the session's logger: one place to look
+
+_ACK_EXPIRY_TICK = 0.1
+
+
+class Recovery:
+    """The supervisor and ACK-timer threads of one session (see the module docstring)."""
+
+    def __init__(self, session: "Session") -> None:
+        self._session = session
+        self._supervisor = threading.Thread(target=self._guarded, args=(self._supervise,),
+                                            name=f"bmq-supervisor-{session._id}", daemon=True)
+        self._ack_timer = threading.Thread(target=self._guarded, args=(self._expire_acks,),
+                                           name=f"bmq-ack-timer-{session._id}", daemon=True)
+
+    @property
+    def threads(self) -> Tuple[threading.Thread, threading.Thread]:
+        return self._supervisor, self._ack_timer
+
+    def start(self) -> None:
+        self._supervisor.start()
+        self._ack_timer.start()
+
+    def _guarded(self, loop: Callable[[], None]) -> None:
+        s = self._session
+        try:
+            loop()
+        except Exception:  # a bug here must not leave callers hanging
+            logger.exception("session thread %s crashed; stopping the session", threading.current_thread().name)
+            threading.Thread(target=s.stop, name=f"bmq-stopper-{s._id}", daemon=True).start()
+
+    def _supervise(self) -> None:
+        s = self._session
+        while True:
+            with s._lock:
+                while s._state not in (SessionState.RECONNECTING, SessionState.STOPPING, SessionState.STOPPED):
+                    s._wake.wait()
+                if s._stopping():
+                    return
+            self._reconnect()
+
+    def _expire_acks(self) -> None:
+        s = self._session
+        while True:
+            with s._lock:
+                if s._stopping():
+                    return
+                s._wake.wait(_ACK_EXPIRY_TICK)
+            s._puts.expire()
+
+    def _reconnect(self) -> None:
+        s = self._session
+        policy = s.options.reconnect
+        attempt = 0
+        while True:
+            if not policy.enabled or (policy.max_attempts is not None and attempt >= policy.max_attempts):
+                logger.warning("giving up reconnecting to %s after %d attempt(s)", s.broker, attempt)
+                s._emit(ev.Error(f"could not reconnect to {s.broker}; session stopped"))
+                with s._lock:
+                    if s._state == SessionState.RECONNECTING:
+                        s._state = SessionState.STOPPING
+                threading.Thread(target=s.stop, name=f"bmq-stopper-{s._id}", daemon=True).start()
+                return
+            with s._lock:
+                if s._stopping():
+                    return
+                s._wake.wait(policy.delay(attempt))
+                if s._stopping():
+                    return
+            attempt += 1
+            try:
+                conn = s._connect(s.options.connect_timeout)
+            except (Error, OSError) as e:
+                logger.info("reconnect attempt %d to %s failed: %s", attempt, s.broker, e)
+                continue
+            with s._lock:
+                if s._stopping():
+                    conn.transport.close()
+                    return
+                try:
+                    s._adopt(conn)
+                except ConnectionLost:
+                    continue
+                to_reopen = [queue for queue in s._queues if queue.state == QueueState.PENDING]
+                # A configure buffered for a queue being reopened names a qId the new
+                # connection does not know yet: it goes after the reopen (so its options win).
+                buffered, deferred = s._requests.for_new_connection({id(queue) for queue in to_reopen})
+            logger.warning("reconnected to %s", s.broker)
+            s._emit(ev.Reconnected())
+            transport = conn.transport
+            assert transport is not None
+            try:
+                for data in buffered:
+                    transport.send_control(data)
+                for queue in to_reopen:
+                    self._reopen(queue)
+                self._resend_configures(deferred, transport)
+                s._puts.restore(transport, lambda: s._conn is conn)
+            except (ConnectionLost, TimeoutError) as e:
+                logger.warning("connection lost again while restoring state: %s", e)
+                if isinstance(e, TimeoutError):
+                    # The broker is slow, it sent no bad data: say so, then start over.
+                    s._emit(ev.Error(f"could not restore the session state after reconnecting to "
+                                        f"{s.broker}: {e}; reconnecting again"))
+                    e = ConnectionLost(f"reconnecting again: {e}")
+                with s._lock:
+                    if s._conn is conn:
+                        # A timeout, not a failure: close() reports nothing, so run the
+                        # failure path ourselves.
+                        transport.close()
+                        s._on_connection_failure(conn, e)
+                attempt = 0
+                continue
+            with s._lock:
+                if s._conn is conn and s._state == SessionState.RECONNECTING:
+                    s._state = SessionState.STARTED
+            s._emit(ev.StateRestored())
+            return
+
+    def _resend_configures(self, deferred: List[Request], transport: Transport) -> None:
+        """Re-send the configures held back until their queues were reopened; those whose
+        queue could not be reopened fail (their caller has not given up waiting yet)."""
+        s = self._session
+        for request in deferred:
+            queue = request.queue
+            assert queue is not None
+            with s._lock:
+                if not s._requests.is_pending(request):
+                    continue  # its caller timed out meanwhile
+                reopened = queue.state == QueueState.OPEN
+                if not reopened:
+                    s._requests.discard(request)
+            if reopened:
+                transport.send_control(request.data)
+            else:
+                fail_future(request.future, QueueStateError(f"{queue.uri} could not be reopened: not configured"))
+
+    def _reopen(self, queue: Queue) -> None:
+        s = self._session
+        try:
+            applied = queue.options
+            s._open_handle(queue, s.options.open_queue_timeout, buffered=False)
+            if queue.read and queue.options is not applied and not queue.suspended:
+                # configure_queue() ran during the reopen: catch up with its options.
+                s._configure_handle(queue, queue.options, s.options.configure_queue_timeout, buffered=False)
+        except (ConnectionLost, TimeoutError):
+            raise
+        except Error as e:
+            logger.warning("reopening %s failed: %s", queue.uri, e)
+            s._forget_queue(queue, AckStatus.UNKNOWN)
+            s._emit(ev.QueueReopenFailed(queue.uri, str(e)))
+            return
+        with s._lock:
+            if queue.state == QueueState.PENDING:
+                queue.state = QueueState.OPEN
+        s._emit(ev.QueueReopened(queue.uri))
