@@ -1,20 +1,25 @@
-"""Rows/s of a Spark write to BlazingMQ, beside the single-process ``post_many`` rate.
+"""Rows/s of Spark writing to and stream-reading from BlazingMQ, beside bmq's own rates.
 
-Both are measured in the same run against the same broker: ``--broker``, or else the embedded
-broker started as its own process (``python -m bmq.broker``) so that it does not share the
-benchmark's interpreter lock with the ``post_many`` client:
+All are measured in the same run against the same broker: ``--broker``, ``--bmqbrkr`` (the real
+broker from ../shared/bmqbrkr), or else the embedded broker started as its own process so that
+it does not share the benchmark's interpreter lock with the clients:
 
 * ``post_many``: one process, one session, ``Queue.post_many`` in chunks, every ACK awaited;
 * ``spark``: ``df.write.format("blazingmq")`` of the same rows from ``local[2]`` (2 executor
   threads, 2 partitions, each a Python worker with its own session), after a warm-up write
-  that starts the Python workers.
+  that starts the Python workers;
+* ``consume``: bmq's own consumer draining a pre-filled queue (``messages()`` + ``confirm_many``);
+* ``spark_stream``: ``spark.readStream.format("blazingmq")`` draining the same number of messages
+  with ``Trigger.AvailableNow`` into the ``noop`` sink (``maxMessagesPerBatch`` 20,000), timed
+  from ``start()`` to the query's end; its ratio to ``consume`` is the figure to watch.
 
-Usage: ``python benchmarks/spark.py [--rows N] [--payload BYTES] [--json FILE]``
+Usage: ``python benchmarks/spark.py [--rows N] [--stream-rows N] [--payload BYTES] [--bmqbrkr] [--json FILE]``
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -26,6 +31,7 @@ from typing import Any, Dict
 
 import bmq
 from bmq.broker import broker_address
+from _report import RealBrokerProcess, default_bmqbrkr_home
 
 # Child processes import the same (installed) bmq as this script.
 ROOT = Path(bmq.__file__).resolve().parents[1]
@@ -45,18 +51,46 @@ def post_many_rate(broker: str, rows: int, payload: int, chunk: int = 10_000) ->
         return rows / (time.perf_counter() - start)
 
 
-def spark_rate(broker: str, rows: int, payload: int) -> float:
+def fill(broker: str, uri: str, rows: int, payload: int, chunk: int = 10_000) -> None:
+    with bmq.Session(broker=broker) as session:
+        queue = session.open_queue(uri, write=True)
+        for first in range(0, rows, chunk):
+            queue.post_many([b"x" * payload] * min(chunk, rows - first))
+
+
+def consume_rate(broker: str, rows: int, payload: int) -> float:
+    uri = _queue("consume")
+    fill(broker, uri, rows, payload)
+    with bmq.Session(broker=broker) as session:
+        start = time.perf_counter()
+        queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=40_000))
+        received = 0
+        while received < rows:
+            batch = list(itertools.islice(queue.messages(timeout=30.0), 5_000))
+            if not batch:
+                raise RuntimeError(f"consumer stalled at {received}/{rows}")
+            session.confirm_many(batch)
+            received += len(batch)
+        return rows / (time.perf_counter() - start)
+
+
+def spark_session() -> Any:
+    """A ``local[2]`` SparkSession whose Python workers import this script's bmq."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
     from bmq.spark import BlazingMQDataSource
 
     spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(BlazingMQDataSource)
+    return spark
+
+
+def spark_rate(spark: Any, broker: str, rows: int, payload: int) -> float:
+    from pyspark.sql import functions as F
 
     def write(count: int) -> float:
         df = spark.range(count, numPartitions=2).select(F.expr(f"repeat('x', {payload})").alias("data"))
@@ -64,33 +98,61 @@ def spark_rate(broker: str, rows: int, payload: int) -> float:
         df.write.format("blazingmq").option("broker", broker).option("queue", _queue("spark")).mode("append").save()
         return time.perf_counter() - start
 
-    try:
-        write(10_000)  # warm-up: starts the Python workers and their imports
-        return rows / write(rows)
-    finally:
-        spark.stop()
+    write(10_000)  # warm-up: starts the Python workers and their imports
+    return rows / write(rows)
+
+
+def spark_stream_rate(spark: Any, broker: str, rows: int, payload: int) -> float:
+    uri = _queue("stream")
+    fill(broker, uri, rows, payload)
+    start = time.perf_counter()
+    query = (spark.readStream.format("blazingmq").option("broker", broker).option("queue", uri)
+             .option("maxMessagesPerBatch", "20000").load()
+             .writeStream.format("noop").trigger(availableNow=True).start())
+    if not query.awaitTermination(timeout=1800):
+        query.stop()
+        raise RuntimeError("the streaming read did not finish within 30 minutes")
+    elapsed = time.perf_counter() - start
+    read = sum(progress["numInputRows"] for progress in query.recentProgress)
+    if read != rows:
+        raise RuntimeError(f"the streaming read took {read} rows, not {rows}")
+    return rows / elapsed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--payload", type=int, default=100, help="payload bytes per row")
-    parser.add_argument("--broker", help="tcp://host:port (default: an embedded broker)")
+    parser.add_argument("--stream-rows", type=int, default=200_000, help="messages for the streaming read")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--broker", help="tcp://host:port (default: an embedded broker)")
+    where.add_argument("--bmqbrkr", action="store_true", help="start the real bmqbrkr from ../shared/bmqbrkr")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     args = parser.parse_args()
 
     with contextlib.ExitStack() as stack:
-        broker = stack.enter_context(broker_address(args.broker, separate_process=True))
+        if args.bmqbrkr:
+            real = RealBrokerProcess(default_bmqbrkr_home())
+            stack.callback(real.stop)
+            broker, where = real.address, "bmqbrkr"
+        else:
+            broker = stack.enter_context(broker_address(args.broker, separate_process=True))
+            where = args.broker or "embedded (own process)"
         results: Dict[str, Any] = {
             "rows": args.rows,
+            "stream_rows": args.stream_rows,
             "payload_bytes": args.payload,
             "post_many_rows_per_s": round(post_many_rate(broker, args.rows, args.payload)),
-            "spark_rows_per_s": round(spark_rate(broker, args.rows, args.payload)),
-            "spark_executors": 2,
-            "broker": args.broker or "embedded (own process)",
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
+            "consume_rows_per_s": round(consume_rate(broker, args.stream_rows, args.payload)),
         }
+        spark = spark_session()
+        stack.callback(spark.stop)
+        results["spark_rows_per_s"] = round(spark_rate(spark, broker, args.rows, args.payload))
+        results["spark_stream_rows_per_s"] = round(spark_stream_rate(spark, broker, args.stream_rows, args.payload))
+        results["spark_stream_ratio_vs_consume"] = round(
+            results["spark_stream_rows_per_s"] / results["consume_rows_per_s"], 3)
+        results.update({"spark_executors": 2, "broker": where, "cpu_count": os.cpu_count(),
+                        "python": platform.python_version()})
     width = max(len(key) for key in results)
     for key, value in results.items():
         print(f"{key:<{width}}  {value}")

@@ -40,6 +40,8 @@ __all__ = ["BlazingMQStreamReader"]
 _log = logging.getLogger(__name__)
 
 Offset = Dict[str, Any]
+# How long a micro-batch that has messages waits for the next one before it is cut.
+_LINGER = 0.05
 
 
 @dataclasses.dataclass
@@ -203,7 +205,11 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
             _log.debug("blazingmq: confirmed up to seq %d of %s", seq, self._options.queue)
 
     def _take(self) -> List[Any]:
-        """The next batch's messages: up to the batch limits, waiting ``pollTimeout`` for the first."""
+        """The next batch's messages: up to the batch limits, waiting ``pollTimeout`` for the
+        first and then taking more as long as they keep coming (a gap of ``_LINGER`` ends the
+        batch). Stopping at the first moment the local inbox is empty would make many tiny
+        batches while the broker is still delivering the window, and each batch costs Spark a
+        planning round of its own."""
         if self._connection is None:
             limit = self._options.max_bytes_per_batch
             self._connection = _session.open_consumer(
@@ -221,5 +227,5 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
             size += len(message.data)
             if len(messages) >= self._options.max_messages_per_batch or size >= self._options.max_bytes_per_batch:
                 return messages
-            message = queue.get(timeout=0)
+            message = queue.get(timeout=_LINGER)
         return messages
