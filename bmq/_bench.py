@@ -12,7 +12,7 @@ import threading
 import time
 from concurrent.futures import wait
 from dataclasses import asdict, dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +164,9 @@ def _split(total: int, parts: int) -> List[int]:
 
 def run_bmq(broker: str, uri: str, *, size: int, count: int, producers: int = 1, consumers: int = 1,
             batch: int = 1000, timeout: float = 120.0,
-            progress: Optional[Callable[[int], None]] = None) -> BenchResult:
-    """Run the workload through bmq's client; one Session per producer and per consumer."""
+            progress: Optional[Callable[[int], None]] = None, options: Any = None) -> BenchResult:
+    """Run the workload through bmq's client; one Session per producer and per consumer
+    (with ``options``, a ``bmq.SessionOptions``, e.g. a credential)."""
     import bmq
 
     result = BenchResult("bmq", count, size, producers, consumers)
@@ -174,7 +175,7 @@ def run_bmq(broker: str, uri: str, *, size: int, count: int, producers: int = 1,
     sessions = []
     try:
         for _ in range(consumers):
-            session = bmq.Session(broker=broker)
+            session = bmq.Session(broker=broker, options=options)
             sessions.append(session)
             readers.append(session.open_queue(uri, read=True, options=bmq.QueueOptions(
                 max_unconfirmed_messages=max(1000, 4 * batch))))
@@ -201,7 +202,7 @@ def run_bmq(broker: str, uri: str, *, size: int, count: int, producers: int = 1,
         lock = threading.Lock()
 
         def produce(share: int) -> None:
-            with bmq.Session(broker=broker) as session:
+            with bmq.Session(broker=broker, options=options) as session:
                 writer = session.open_queue(uri, write=True)
                 in_flight: list = []
                 sent = 0

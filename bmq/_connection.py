@@ -2,31 +2,38 @@
 
 :meth:`Connection.establish` connects the transport, sends the ClientIdentity and waits for the
 BrokerResponse (protocol §8.4), then applies what the broker announced (property encoding,
-heartbeats). Any step that must happen before negotiation (authentication, protocol §8.7)
-belongs in :meth:`Connection.establish`, between ``connect`` and the ClientIdentity.
-The session adopts a connection only once it is established, and reconnects by establishing a
-new one.
+heartbeats). With a credential it first authenticates (protocol §8.7): an AuthenticationRequest
+before the ClientIdentity; when the broker gives the credential a lifetime, the connection
+re-authenticates on its own ahead of expiry (at the earlier of 90% of the lifetime and the
+lifetime less 5 s, as the C++ SDK does), and a refused re-authentication fails the connection,
+so that the session reconnects (authenticating afresh) under its reconnect policy. The session
+adopts a connection only once it is established, and reconnects by establishing a new one.
 
 Thread-safety: :meth:`establish` runs on one thread (the constructor's or the supervisor's);
-the event callbacks run on the transport's reader thread; :meth:`abort` may be called from any
-thread to interrupt a negotiation.
+the event callbacks run on the transport's reader thread; re-authentication runs on a timer
+thread of its own (``bmq-reauth-N``); :meth:`abort` and :meth:`close` may be called from any
+thread.
 """
 from __future__ import annotations
 
 import logging
 import os
 import sys
+import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from . import _codec, _schema
 from ._dispatch import fail_future, resolve_future
+from ._options import Credential, check_credential
 from ._protocol import CLIENT_FEATURES, FEATURE_MESSAGE_PROPERTIES, MESSAGE_PROPERTIES_EX
 from ._transport import Transport
 from ._version import __version__
-from .exceptions import ClosedByBroker, ProtocolError, SessionClosedError, TimeoutError
+from .exceptions import (
+    AuthenticationError, ClosedByBroker, ConnectionLost, Error, ProtocolError, SessionClosedError, TimeoutError,
+)
 
 __all__ = ["Connection", "client_identity"]
 
@@ -38,6 +45,9 @@ _JSON = _codec.ENCODING_JSON
 _EVENT_ACK = _codec.EVENT_ACK
 _EVENT_PUSH = _codec.EVENT_PUSH
 _EVENT_CONTROL = _codec.EVENT_CONTROL
+_EVENT_AUTHENTICATION = _codec.EVENT_AUTHENTICATION
+
+CredentialSource = Union[Credential, Callable[[], Credential]]
 
 
 def client_identity(session_id: int, guids: Any, user_agent: str) -> Dict[str, Any]:
@@ -83,25 +93,41 @@ class Connection:
                  on_failure: Callable[["Connection", BaseException], None]) -> None:
         self.negotiation: "Future[Dict[str, Any]]" = Future()
         self.new_style_properties = True  # the broker reads MESSAGE_PROPERTIES_EX
+        self.lifetime: Optional[float] = None  # seconds the last authentication holds, if limited
+        self._authentication: "Optional[Future[Dict[str, Any]]]" = None
+        self._reauth_timer: Optional[threading.Timer] = None
+        self._name = name
         self._on_ack, self._on_push, self._on_control, self._on_failure = on_ack, on_push, on_control, on_failure
         self.transport = Transport(address, self._on_event, self._on_transport_failure, high_watermark, name)
 
-    def establish(self, identity: Dict[str, Any], broker: str, timeout: float) -> None:
-        """Connect and negotiate within ``timeout`` seconds; on any failure the transport is closed.
+    def establish(self, identity: Dict[str, Any], broker: str, timeout: float,
+                  credential: Optional[CredentialSource] = None) -> None:
+        """Connect, authenticate (with a ``credential``) and negotiate within ``timeout`` seconds;
+        on any failure the transport is closed.
 
         Raises:
-            ConnectionError: the broker cannot be reached. ClosedByBroker: it refused the session.
-            TimeoutError: no negotiation response in time. ProtocolError: a malformed answer.
+            ConnectionError: the broker cannot be reached. AuthenticationError: it refused the
+            credential. ClosedByBroker: it refused the session (also what a broker that requires
+            authentication does to a client without a credential). TimeoutError: no answer in
+            time. ProtocolError: a malformed answer.
         """
         deadline = time.monotonic() + timeout
         transport = self.transport
         try:
             transport.connect(timeout)
+            if credential is not None:
+                self._authenticate(credential, broker, deadline)
             transport.send_control(_schema.encode_event(identity, _JSON, "negotiation"))
             try:
                 message = self.negotiation.result(max(0.0, deadline - time.monotonic()))
             except FutureTimeoutError:
                 raise TimeoutError(f"no negotiation response from {broker} within {timeout:g} s") from None
+            except ConnectionLost as exc:
+                if credential is not None:
+                    raise
+                # What a broker that requires authentication does to a client without a credential.
+                raise ClosedByBroker(f"broker {broker} closed the connection during negotiation; if it requires "
+                                     f"authentication, set SessionOptions(credential=...)") from exc
             response = message.get("brokerResponse")
             if response is None:
                 raise ProtocolError(f"expected a brokerResponse, got {sorted(message)}")
@@ -120,9 +146,74 @@ class Connection:
             transport.join(1.0)
             raise
 
+    def _authenticate(self, credential: CredentialSource, broker: str, deadline: float) -> None:
+        """One AuthenticationRequest/Response exchange; sets :attr:`lifetime`."""
+        mechanism, data = check_credential(credential() if callable(credential) else credential)
+        future: "Future[Dict[str, Any]]" = Future()
+        self._authentication = future
+        request = {"authenticationRequest": {"mechanism": mechanism, "data": data}}
+        self.transport.send_control(_schema.encode_event(request, _JSON, "authentication"))
+        try:
+            message = future.result(max(0.0, deadline - time.monotonic()))
+        except FutureTimeoutError:
+            raise TimeoutError(f"no response from {broker} to {mechanism} authentication in time") from None
+        response = message.get("authenticationResponse")
+        if response is None:
+            raise ProtocolError(f"expected an authenticationResponse, got {sorted(message)}")
+        status = response.get("status", {})
+        if status.get("category") != "E_SUCCESS":
+            text = status.get("message", "")
+            raise AuthenticationError(
+                f"broker {broker} refused {mechanism} authentication: {status.get('category')} "
+                f"{status.get('code')} {text!r}", mechanism, status.get("category", "E_UNKNOWN"),
+                int(status.get("code", 0)), text)
+        lifetime_ms = response.get("lifetimeMs")
+        self.lifetime = lifetime_ms / 1000.0 if lifetime_ms else None
+        logger.info("authenticated to %s with %s%s", broker, mechanism,
+                    f" for {self.lifetime:g} s" if self.lifetime else "")
+
+    def keep_authenticated(self, credential: CredentialSource, broker: str, timeout: float,
+                           on_refused: Callable[[BaseException], None]) -> None:
+        """Re-authenticate ahead of each expiry of the credential's lifetime, if it has one.
+        ``on_refused`` is told (from the timer thread) when a re-authentication fails; the
+        connection then fails as lost."""
+        if self.lifetime is None or self.transport.closed:
+            return
+        delay = min(0.9 * self.lifetime, self.lifetime - 5.0)
+        if delay <= 0:
+            delay = 0.9 * self.lifetime
+        timer = threading.Timer(delay, self._reauthenticate, (credential, broker, timeout, on_refused))
+        timer.name = f"bmq-reauth-{self._name}"
+        timer.daemon = True
+        self._reauth_timer = timer
+        timer.start()
+
+    def _reauthenticate(self, credential: CredentialSource, broker: str, timeout: float,
+                        on_refused: Callable[[BaseException], None]) -> None:
+        if self.transport.closed:
+            return
+        try:
+            self._authenticate(credential, broker, time.monotonic() + timeout)
+        except (Error, OSError) as exc:
+            if isinstance(exc, ConnectionLost) and self.transport.closed:
+                return  # the connection went first: the session is already reconnecting
+            logger.warning("re-authentication to %s failed: %s", broker, exc)
+            on_refused(exc)
+            self.transport.close()
+            self._on_failure(self, ConnectionLost(f"re-authentication failed: {exc}"))
+            return
+        self.keep_authenticated(credential, broker, timeout, on_refused)
+
+    def close(self) -> None:
+        """Close the transport and stop re-authenticating (no failure is reported)."""
+        timer = self._reauth_timer
+        if timer is not None:
+            timer.cancel()
+        self.transport.close()
+
     def abort(self) -> None:
         """Close a connection that is still negotiating (the session is stopping)."""
-        self.transport.close()
+        self.close()
         fail_future(self.negotiation, SessionClosedError("the session stopped while connecting"))
 
     def _on_event(self, event_type: int, event: bytes) -> None:
@@ -130,6 +221,10 @@ class Connection:
             self._on_ack(event)
         elif event_type == _EVENT_PUSH:
             self._on_push(event)
+        elif event_type == _EVENT_AUTHENTICATION:
+            message, _ = _schema.decode_event(event, "authentication")
+            if self._authentication is not None:
+                resolve_future(self._authentication, message)
         elif event_type == _EVENT_CONTROL:
             if self.negotiation.done():
                 self._on_control(event)
@@ -140,6 +235,9 @@ class Connection:
             logger.debug("ignoring event of type %d (%d bytes)", event_type, len(event))
 
     def _on_transport_failure(self, exc: BaseException) -> None:
-        if not self.negotiation.done():
-            fail_future(self.negotiation, exc)
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+        for pending in (self.negotiation, self._authentication):
+            if pending is not None and not pending.done():
+                fail_future(pending, exc)
         self._on_failure(self, exc)

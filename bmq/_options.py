@@ -25,6 +25,24 @@ _PRIORITY_MIN = -1_073_741_824
 _PRIORITY_MAX = 1_073_741_823
 
 
+#: ``(mechanism, data)``: an authentication mechanism (e.g. ``"BASIC"``) and its data.
+Credential = Tuple[str, Union[str, bytes]]
+
+
+def check_credential(credential: Any) -> Tuple[str, bytes]:
+    """``(MECHANISM, data bytes)`` of a credential.
+
+    Raises:
+        ArgumentTypeError: not a ``(str, str | bytes)`` pair (the message never shows the data).
+    """
+    if (not isinstance(credential, tuple) or len(credential) != 2 or not isinstance(credential[0], str)
+            or not credential[0] or not isinstance(credential[1], (str, bytes))):
+        raise ArgumentTypeError(f"a credential must be a (mechanism: str, data: str | bytes) pair, "
+                                f"not a {type(credential).__name__}")
+    mechanism, data = credential
+    return mechanism.upper(), data.encode() if isinstance(data, str) else data
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise InvalidArgumentError(message)
@@ -164,6 +182,11 @@ class SessionOptions:
             SlowConsumerHighWaterMark event is emitted.
         event_queue_low_watermark: ... back at or below which SlowConsumerNormal is emitted.
         outbox_dir: directory of a durable outbox (see :mod:`bmq` docs), or None.
+        credential: how the session authenticates (protocol §8.7), or None to connect as an
+            anonymous client: a ``(mechanism, data)`` pair such as ``("BASIC", "user:password")``
+            (``data`` is str or bytes), or a callable returning one, called at each connect and
+            each re-authentication so that a rotating secret is read afresh. It never appears
+            in reprs, logs or exception texts.
         outbox_fsync: when the outbox forces its writes to disk: ``"batch"`` (default: once
             per post/post_many call, before it is sent, so an acknowledged-or-recoverable
             message survives a machine crash), ``"always"`` (also every ACK removal) or
@@ -191,6 +214,7 @@ class SessionOptions:
     event_queue_low_watermark: int = 50
     outbox_dir: Optional[str] = None
     outbox_fsync: str = "batch"
+    credential: Union[Credential, Callable[[], Credential], None] = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in (
@@ -216,4 +240,6 @@ class SessionOptions:
         _require(self.outbox_fsync in FSYNC_POLICIES,
                  f"outbox_fsync must be one of {', '.join(FSYNC_POLICIES)}, not {self.outbox_fsync!r}")
         _require(self.on_event is None or callable(self.on_event), "on_event must be callable")
+        if self.credential is not None and not callable(self.credential):
+            check_credential(self.credential)
         object.__setattr__(self, "compression", _compression(self.compression))

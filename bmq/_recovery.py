@@ -108,7 +108,7 @@ class Recovery:
                 continue
             with s._lock:
                 if s._stopping():
-                    conn.transport.close()
+                    conn.close()
                     return
                 try:
                     s._adopt(conn)
@@ -140,7 +140,7 @@ class Recovery:
                     if s._conn is conn:
                         # A timeout, not a failure: close() reports nothing, so run the
                         # failure path ourselves.
-                        transport.close()
+                        conn.close()
                         s._on_connection_failure(conn, e)
                 attempt = 0
                 continue

@@ -187,8 +187,16 @@ def decode_body(body: Union[bytes, bytearray, memoryview], encoding: int, kind: 
     else:
         raise ProtocolError(f"unknown control message encoding {encoding!r}")
     if _log.isEnabledFor(logging.DEBUG):
-        _log.debug("decoded %s message (encoding %d): %r", kind, encoding, message)
+        _log.debug("decoded %s message (encoding %d): %r", kind, encoding, _redacted(message))
     return message
+
+
+def _redacted(message: dict) -> dict:
+    """``message`` fit for a log: an AuthenticationRequest's data (a secret) is left out."""
+    request = message.get("authenticationRequest")
+    if not isinstance(request, Mapping) or "data" not in request:
+        return message
+    return {"authenticationRequest": dict(request, data=f"<{len(request['data'])} bytes, not logged>")}
 
 
 def encode_event(message: Mapping, encoding: int, kind: str) -> bytes:

@@ -160,7 +160,8 @@ class Session:
             self._check_running()
             self._connecting = conn  # so that stop() can abort a slow negotiation
         try:
-            conn.establish(client_identity(self._id, self._guids, self.options.user_agent), self.broker, timeout)
+            conn.establish(client_identity(self._id, self._guids, self.options.user_agent), self.broker, timeout,
+                           self.options.credential)
         finally:
             with self._lock:
                 self._connecting = None
@@ -174,6 +175,9 @@ class Session:
         self._conn = conn
         self._generation += 1
         self._new_style = conn.new_style_properties
+        if self.options.credential is not None:
+            conn.keep_authenticated(self.options.credential, self.broker, self.options.connect_timeout,
+                                    lambda exc: self._emit(ev.AuthenticationFailed(str(exc))))
 
     def _on_connection_failure(self, conn: Connection, exc: BaseException) -> None:
         """Reader/writer thread: the connection died."""
@@ -721,7 +725,7 @@ class Session:
         if monitor is not None:
             monitor.remove_listener(self._on_host_health)
         if conn is not None:
-            conn.transport.close()
+            conn.close()
             conn.transport.join(max(0.0, deadline - time.monotonic()))
         closed = SessionClosedError(f"session to {self.broker} stopped")
         for request in requests:

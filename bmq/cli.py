@@ -6,6 +6,10 @@ so the commands work on a machine with no BlazingMQ installed.
 
 Errors are one line on stderr and exit code 2 for bad input or an unreachable broker (1 for
 other failures), unless ``--debug`` asks for the traceback.
+
+``--auth MECHANISM`` authenticates with a broker that requires it; the secret comes from the
+environment variable ``BMQ_AUTH_DATA`` (for BASIC: ``user:password``), never from the command
+line, where other users of the machine could read it.
 """
 from __future__ import annotations
 
@@ -18,13 +22,17 @@ import sys
 import threading
 import time
 from concurrent.futures import wait
-from typing import IO, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import IO, TYPE_CHECKING, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    import bmq
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 DEFAULT_URI = "bmq://bmq.test.mem.priority/bmq-cli"
+AUTH_DATA_VARIABLE = "BMQ_AUTH_DATA"
 _PROPERTY_TYPES = ("bool", "char", "short", "int32", "int64", "string", "binary")
 
 
@@ -95,6 +103,24 @@ class Progress:
         if self.enabled:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def session_options(args: argparse.Namespace) -> "bmq.SessionOptions":
+    """The SessionOptions of a client command: a credential with ``--auth`` (its data read
+    from ``BMQ_AUTH_DATA`` at each connect, so a rotated secret is picked up)."""
+    import bmq
+
+    mechanism = getattr(args, "auth", None)
+    if not mechanism:
+        return bmq.SessionOptions()
+    if mechanism.upper() != "ANONYMOUS" and AUTH_DATA_VARIABLE not in os.environ:
+        raise CommandError(f"--auth {mechanism} needs its secret in the environment variable {AUTH_DATA_VARIABLE} "
+                           f"(e.g. user:password for BASIC); it is never taken from the command line")
+
+    def credential() -> Tuple[str, str]:
+        return mechanism, os.environ.get(AUTH_DATA_VARIABLE, "")
+
+    return bmq.SessionOptions(credential=credential)
 
 
 def parse_property(text: str) -> Tuple[str, object, str]:
@@ -199,7 +225,7 @@ def cmd_post(args: argparse.Namespace) -> int:
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
-    with broker_address(args.broker) as address, bmq.Session(broker=address) as session:
+    with broker_address(args.broker) as address, bmq.Session(broker=address, options=session_options(args)) as session:
         queue = session.open_queue(args.uri, write=True)
         shares = [count // args.threads + (1 if i < count % args.threads else 0) for i in range(args.threads)]
         started = time.monotonic()
@@ -249,7 +275,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     received = 0
     pending: list = []
     progress = Progress("consume", args.count or 0)
-    with broker_address(args.broker) as address, bmq.Session(broker=address) as session:
+    with broker_address(args.broker) as address, bmq.Session(broker=address, options=session_options(args)) as session:
         queue = session.open_queue(args.uri, read=True, options=bmq.QueueOptions(
             max_unconfirmed_messages=args.max_unconfirmed))
         while args.count is None or received < args.count:
@@ -302,7 +328,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         progress = Progress("bmq      ", args.count)
         results.append(_bench.run_bmq(address, args.uri, size=args.size, count=args.count,
                                       producers=args.producers, consumers=args.consumers,
-                                      batch=args.batch, timeout=args.timeout, progress=progress.advance))
+                                      batch=args.batch, timeout=args.timeout, progress=progress.advance,
+                                      options=session_options(args)))
         progress.close()
         if args.official:
             try:
@@ -376,6 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help_text, description=help_text)
         command.add_argument("--broker", metavar="ADDR",
                              help="broker address, e.g. tcp://localhost:30114 (default: start an embedded broker)")
+        command.add_argument("--auth", metavar="MECHANISM",
+                             help=f"authenticate with MECHANISM (e.g. BASIC); the secret is read from "
+                                  f"${AUTH_DATA_VARIABLE}")
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         return command
 

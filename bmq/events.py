@@ -16,6 +16,7 @@ __all__ = [
     "Connected",
     "Disconnected",
     "ConnectionLost",
+    "AuthenticationFailed",
     "Reconnected",
     "StateRestored",
     "QueueReopened",
@@ -100,6 +101,14 @@ class ConnectionLost(SessionEvent):
 
     __slots__ = ()
 
+
+
+class AuthenticationFailed(SessionEvent):
+    """A re-authentication on the live connection was refused (or got no answer): the
+    connection is dropped and the session reconnects, authenticating again. ``message`` names
+    the mechanism and the broker's status, never the credential."""
+
+    __slots__ = ()
 
 
 class Reconnected(SessionEvent):

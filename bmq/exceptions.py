@@ -30,6 +30,7 @@ __all__ = [
     "ConnectionError",
     "ConnectionLost",
     "ClosedByBroker",
+    "AuthenticationError",
     "TimeoutError",
     "BrokerError",
     "PostError",
@@ -98,6 +99,27 @@ class ConnectionLost(ConnectionError):
 
 class ClosedByBroker(ConnectionError):
     """The broker refused or closed the session."""
+
+
+class AuthenticationError(ClosedByBroker):
+    """The broker refused the session's credential (it then closes the connection).
+
+    The text names the mechanism and the broker's status, never the credential's data.
+
+    Attributes:
+        mechanism: the mechanism the credential used, e.g. ``"BASIC"``.
+        category: the status category name, e.g. ``"E_REFUSED"``.
+        code: the broker's numeric code.
+        broker_message: the broker's text.
+    """
+
+    def __init__(self, message: str, mechanism: str, category: str = "E_UNKNOWN", code: int = 0,
+                 broker_message: str = ""):
+        super().__init__(message)
+        self.mechanism = mechanism
+        self.category = category
+        self.code = code
+        self.broker_message = broker_message
 
 
 class TimeoutError(Error, builtins.TimeoutError):

@@ -8,13 +8,15 @@ crash). Restarting on the same directory keeps the persistent domains' storage.
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Dict, Optional
 
 #: How long a starting broker may take to accept connections (it usually needs ~1 s).
 START_TIMEOUT = 30.0
@@ -25,6 +27,18 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def etc_with(home: Path, destination: Path, authentication: Dict[str, Any]) -> Path:
+    """A copy of ``home/etc`` in ``destination`` whose broker config has ``authentication`` (the
+    ``appConfig.authentication`` section of bmqbrkr: authenticators, anonymousCredential)."""
+    shutil.copytree(Path(home) / "etc", destination)
+    config = destination / "bmqbrkrcfg.json"
+    port_marker = 987654321  # @PORT@ is not JSON: swap it for a number while editing
+    data = json.loads(config.read_text().replace("@PORT@", str(port_marker)))
+    data["appConfig"]["authentication"] = authentication
+    config.write_text(json.dumps(data, indent=4).replace(str(port_marker), "@PORT@"))
+    return destination
 
 
 class RealBroker:

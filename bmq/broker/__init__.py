@@ -29,7 +29,9 @@ Known differences from bmqbrkr, all deliberate:
   for new connections, so tests can use short intervals.
 * Messages never expire (no TTL) and nothing is persisted; "persistent" domains are in memory.
 * Flow control (maxUnconfirmedMessages/Bytes) applies per subscription consumer.
-* Any authentication request is accepted (anonymous-style, no expiry).
+* Authentication has bmqbrkr's BASIC and ANONYMOUS authenticators only (no plugins), and the
+  fault switches ``refuse_authentication``, ``delay_authentication`` and
+  ``expire_authentication_after``.
 * A subscription expression it cannot compile fails the open/configure with an error
   response (the client raises ``bmq.BrokerError``); bmqbrkr accepts it, logs
   ``#BMQ_SUBSCRIPTION_FAILURE`` and routes nothing to it (the official SDK validates

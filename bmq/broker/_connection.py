@@ -18,7 +18,7 @@ import struct
 import termios
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .. import _codec
 from ..exceptions import ProtocolError
@@ -110,6 +110,9 @@ class ClientSession:
         self.alive = True  # the reader received something since the last heartbeat check
         self.unread_at_check = 0  # bytes waiting in the kernel at the last heartbeat check
         self.reader_busy = False  # the reader is handling what it read, not waiting in recv()
+        self.authenticated = False
+        self.auth_mechanism: Optional[str] = None  # as the client first spelled it
+        self._authentications = 0  # successful authentications so far (a lifetime's generation)
         # ACKs of the PUTs read in one recv(), sent as one ACK event (see _flush_acks).
         self.pending_acks: List[Tuple[int, int, bytes, int]] = []
         self.missed_heartbeats = 0
@@ -197,6 +200,26 @@ class ClientSession:
         self._reading.set()
         if not flush:
             shutdown_socket(self._sock)
+
+    def authenticate(self, refused: bool, mechanism: str) -> int:
+        """Record the outcome of an AuthenticationRequest; the generation of a success."""
+        if self.auth_mechanism is None:
+            self.auth_mechanism = mechanism
+        if not refused:
+            self.authenticated = True
+            self._authentications += 1
+        return self._authentications
+
+    def expire_authentication(self, generation: int) -> None:
+        """The lifetime of authentication ``generation`` is over: close unless renewed since."""
+        if self._authentications == generation and self.is_open:
+            logger.info("client %s: credential expired without re-authentication, closing", self.peer)
+            self.close()
+
+    def send_then_close(self, data: bytes) -> None:
+        """Send ``data`` (e.g. a refusal), then close the connection."""
+        self.send(data)
+        self.close(flush=True)
 
     def heard_since_last_check(self) -> bool:
         """Whether the client sent bytes since the previous call (the heartbeat timer's), as

@@ -32,6 +32,9 @@ class Faults:
             and the connection closed.
         heartbeats_stopped: the broker neither sends HEARTBEAT_REQ nor answers them (and
             drops nobody for missing heartbeats), so clients see a silent, dead link.
+        authentication_delay: seconds every AuthenticationResponse is delayed by.
+        authentication_lifetime_ms: when set, the lifetime given to every credential instead of
+            the authenticator's (a credential that expires early).
 
     Thread-safety: safe from any thread.
     """
@@ -46,6 +49,9 @@ class Faults:
         self.heartbeats_stopped = False
         self._nack_remaining = 0
         self._nack_status = ACK_UNKNOWN
+        self.authentication_delay = 0.0
+        self.authentication_lifetime_ms: Optional[int] = None
+        self._authentication_refusals = 0
 
     def _sessions(self, client_id: Optional[int]) -> List["ClientSession"]:
         sessions = self._broker._sessions_snapshot()
@@ -145,6 +151,28 @@ class Faults:
         """Send every control response ``seconds`` late (0 restores prompt responses)."""
         self.control_delay = max(0.0, float(seconds))
 
+    def refuse_authentication(self, n: int = 1) -> None:
+        """Refuse the next ``n`` AuthenticationRequests whatever their credential (as a wrong
+        password is refused: E_REFUSED, then the connection is closed)."""
+        with self._lock:
+            self._authentication_refusals = max(0, int(n))
+
+    def take_authentication_refusal(self) -> bool:
+        """Broker-internal: whether this AuthenticationRequest is to be refused."""
+        with self._lock:
+            if self._authentication_refusals <= 0:
+                return False
+            self._authentication_refusals -= 1
+            return True
+
+    def delay_authentication(self, seconds: float) -> None:
+        """Answer every AuthenticationRequest ``seconds`` late (0 restores prompt answers)."""
+        self.authentication_delay = max(0.0, float(seconds))
+
+    def expire_authentication_after(self, lifetime_ms: Optional[int]) -> None:
+        """Give every credential this lifetime (None: the authenticator's own)."""
+        self.authentication_lifetime_ms = lifetime_ms
+
     def stop_heartbeats(self) -> None:
         """Neither send nor answer heartbeats, so clients must detect the dead link."""
         self.heartbeats_stopped = True
@@ -168,8 +196,11 @@ class Faults:
         self.ack_delay = 0.0
         self.control_delay = 0.0
         self.refusing_negotiation = False
+        self.authentication_delay = 0.0
+        self.authentication_lifetime_ms = None
         with self._lock:
             self._nack_remaining = 0
+            self._authentication_refusals = 0
         self.resume_heartbeats()
         self.release_acks()
         self.resume_reading()

@@ -161,6 +161,14 @@ class RawClient:
         return False
 
     # ---- control ---------------------------------------------------------------------
+    def authenticate(self, mechanism: str, data: bytes = b"", timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Send an AuthenticationRequest and return the AuthenticationResponse (a dict with
+        ``status`` and maybe ``lifetimeMs``)."""
+        request = {"authenticationRequest": {"mechanism": mechanism, "data": data}}
+        self.send(_schema.encode_event(request, self.encoding, "authentication"))
+        message, _ = _schema.decode_event(self.next_event(_codec.EVENT_AUTHENTICATION, timeout), "authentication")
+        return message["authenticationResponse"]
+
     def negotiate(self) -> Dict[str, Any]:
         self.send(_schema.encode_event({"clientIdentity": self.identity}, self.encoding, "negotiation"))
         message, self.response_encoding = _schema.decode_event(self.next_event(_codec.EVENT_CONTROL), "negotiation")

@@ -27,6 +27,7 @@ from .. import _codec, _schema
 from .._protocol import ACK_UNKNOWN, DEFAULT_APP_ID, FEATURE_MESSAGE_PROPERTIES, MESSAGE_PROPERTIES_EX
 from ..exceptions import ProtocolError
 from ._connection import ClientSession, Scheduler, shutdown_socket
+from ._authn import Authenticators
 from ._faults import Faults
 from ._queues import (
     DEFAULT_DOMAINS,
@@ -71,6 +72,11 @@ class Broker:
         max_event_size: largest event accepted; a longer length word closes the connection.
         check_crc: verify the CRC32-C of every PUT and NACK (status 5) a mismatch; the real
             broker does not check it (protocol §2.5), a test broker should.
+        authenticators: mechanism -> settings of the credentials accepted, as bmqbrkr's
+            built-in authenticators: ``{"BASIC": {"user": "password"}}`` (see
+            :mod:`bmq.broker._authn`); none by default.
+        allow_anonymous: whether a client may negotiate without authenticating (False is
+            bmqbrkr's ``anonymousCredential: disallow``: such a client's connection is closed).
 
     Attributes:
         faults: the fault-injection switches (:class:`~bmq.broker.Faults`).
@@ -92,6 +98,8 @@ class Broker:
         max_missed_heartbeats: int = 10,
         max_event_size: int = _codec.MAX_EVENT_SIZE,
         check_crc: bool = True,
+        authenticators: Optional[Mapping[str, Mapping[str, str]]] = None,
+        allow_anonymous: bool = True,
     ) -> None:
         self.host = host
         self._requested_port = port
@@ -100,6 +108,7 @@ class Broker:
         self.max_missed_heartbeats = max_missed_heartbeats
         self.max_event_size = max_event_size
         self.check_crc = check_crc
+        self.authenticators = Authenticators(authenticators, allow_anonymous=allow_anonymous)
         self.faults = Faults(self)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -338,6 +347,9 @@ class Broker:
             return
         if event_type == _codec.EVENT_HEARTBEAT_RSP:
             return
+        if event_type == _codec.EVENT_AUTHENTICATION:  # before negotiating, or a renewal after
+            self._authenticate(session, event)
+            return
         if not session.negotiated:
             self._negotiate(session, event, event_type)
             return
@@ -371,9 +383,6 @@ class Broker:
 
     # ---- negotiation -------------------------------------------------------------------
     def _negotiate(self, session: ClientSession, event: bytes, event_type: int) -> None:
-        if event_type == _codec.EVENT_AUTHENTICATION:
-            self._authenticate(session, event)
-            return
         try:
             if event_type != _codec.EVENT_CONTROL:
                 raise ProtocolError("first event is not a negotiation message", event_type)
@@ -383,6 +392,11 @@ class Broker:
                 raise ProtocolError("first message is not a ClientIdentity", event_type)
         except (ProtocolError, ValueError) as exc:
             logger.warning("client %s: negotiation failed, closing: %s", session.peer, exc)
+            session.close()
+            return
+        if not session.authenticated and not self.authenticators.allow_anonymous:
+            logger.warning("client %s negotiated without authenticating (anonymous clients are disallowed), "
+                           "closing", session.peer)
             session.close()
             return
         identity = _schema.with_defaults({"clientIdentity": identity}, "negotiation")["clientIdentity"]
@@ -421,12 +435,42 @@ class Broker:
             logger.warning("client %s: bad authentication message, closing: %s", session.peer, exc)
             session.close()
             return
-        if "authenticationRequest" not in message:
+        request = message.get("authenticationRequest")
+        if request is None:
             session.close()
             return
-        # Anonymous-style: every mechanism is accepted, with no expiry.
-        reply = {"authenticationResponse": {"status": {"category": "E_SUCCESS", "code": 0, "message": ""}}}
-        self._send_control(session, reply, "authentication", encoding)
+        given = str(request.get("mechanism", ""))
+        if session.auth_mechanism is not None and given != session.auth_mechanism:
+            # bmqbrkr: one mechanism for the life of a connection; a change ends it unanswered.
+            logger.warning("client %s changed its authentication mechanism, closing", session.peer)
+            session.close()
+            return
+        mechanism = given.upper()
+        category, code, text, lifetime_ms = self.authenticators.check(mechanism, bytes(request.get("data", b"")))
+        if category == "E_SUCCESS" and self.faults.take_authentication_refusal():
+            category, code, text, lifetime_ms = "E_REFUSED", -11, f"Failed to authenticate with mechanism " \
+                f"'{mechanism}'. (rc = -1). Detailed error: refused by fault injection", None
+        if category == "E_SUCCESS" and lifetime_ms is not None and self.faults.authentication_lifetime_ms:
+            lifetime_ms = self.faults.authentication_lifetime_ms
+        response: Dict[str, Any] = {"status": {"category": category, "code": code, "message": text}}
+        if lifetime_ms is not None:
+            response["lifetimeMs"] = lifetime_ms
+        data = _schema.encode_event({"authenticationResponse": response}, encoding, "authentication")
+        refused = category != "E_SUCCESS"
+        generation = session.authenticate(refused, given)
+        if refused:
+            logger.info("client %d (%s): %s authentication refused: %s", session.id, session.peer, mechanism, text)
+        elif lifetime_ms is not None and self._scheduler is not None:
+            # A credential not renewed within its lifetime ends the connection, as in bmqbrkr.
+            self._scheduler.call_later(lifetime_ms / 1000.0, session.expire_authentication, generation)
+        delay = self.faults.authentication_delay
+        if delay > 0 and self._scheduler is not None:
+            self._scheduler.call_later(delay, session.send_then_close if refused else _send_all,
+                                       *((data,) if refused else (session, [data])))
+        elif refused:
+            session.send_then_close(data)
+        else:
+            session.send(data)
 
     def _broker_response(self, session: ClientSession, status: Tuple[str, int, str], deprecated: bool) -> Dict[str, Any]:
         return {

@@ -554,14 +554,22 @@ def test_client_without_properties_ex_gets_old_style_properties(broker: Broker) 
     assert (_codec.decode_properties(area, False), payload) == (props, b"body")
 
 
-def test_authentication_before_negotiation(broker: Broker) -> None:
+def test_authentication_before_negotiation() -> None:
+    with Broker(authenticators={"BASIC": {"user": "pass"}}) as broker:
+        c = RawClient(broker.port, negotiate=False)
+        request = {"authenticationRequest": {"mechanism": "Basic", "data": b"user:pass"}}
+        c.send(_schema.encode_event(request, BER, "authentication"))
+        reply, encoding = _schema.decode_event(c.next_event(_codec.EVENT_AUTHENTICATION), "authentication")
+        assert encoding == BER
+        assert reply["authenticationResponse"]["status"]["category"] == "E_SUCCESS"
+        assert c.negotiate()["result"]["category"] == "E_SUCCESS"
+
+
+def test_a_mechanism_without_authenticator_is_refused_as_bmqbrkr_does(broker: Broker) -> None:
     c = RawClient(broker.port, negotiate=False)
-    request = {"authenticationRequest": {"mechanism": "Basic", "data": b"user:pass"}}
-    c.send(_schema.encode_event(request, BER, "authentication"))
-    reply, encoding = _schema.decode_event(c.next_event(_codec.EVENT_AUTHENTICATION), "authentication")
-    assert encoding == BER
-    assert reply["authenticationResponse"]["status"]["category"] == "E_SUCCESS"
-    assert c.negotiate()["result"]["category"] == "E_SUCCESS"
+    assert c.authenticate("Basic", b"user:pass")["status"] == {
+        "category": "E_REFUSED", "code": -2, "message": "Authentication mechanism 'BASIC' not supported."}
+    assert c.wait_closed(5)
 
 
 def test_several_subscriptions_on_one_stream(broker: Broker) -> None:

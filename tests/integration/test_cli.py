@@ -15,8 +15,8 @@ from bmq.broker import Broker
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run_cli(*args: str, timeout: float = 120, stdin: bytes = b"") -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def run_cli(*args: str, timeout: float = 120, stdin: bytes = b"", **environment: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **environment)
     return subprocess.run([sys.executable, "-m", "bmq", *args], input=stdin, capture_output=True,
                           timeout=timeout, env=env, cwd=ROOT)
 
@@ -126,3 +126,19 @@ def test_bad_property_is_rejected_before_connecting():
                      "--property", "n:int32=notanumber")
     assert result.returncode == 2
     assert "n:int32=notanumber" in result.stderr.decode()
+
+
+def test_auth_takes_the_secret_from_the_environment_only():
+    with Broker(authenticators={"BASIC": {"cli": "s3cret"}}, allow_anonymous=False) as secured:
+        uri = "bmq://bmq.test.mem.priority/cli-auth"
+        missing = run_cli("post", uri, "--broker", secured.address, "--auth", "BASIC")
+        assert missing.returncode == 2 and b"BMQ_AUTH_DATA" in missing.stderr
+        wrong = run_cli("post", uri, "--broker", secured.address, "--auth", "BASIC", BMQ_AUTH_DATA="cli:wrong")
+        posted = run_cli("post", uri, "--broker", secured.address, "--auth", "BASIC", "--count", "3",
+                         BMQ_AUTH_DATA="cli:s3cret")
+        consumed = run_cli("consume", uri, "--broker", secured.address, "--auth", "basic", "--count", "3",
+                           BMQ_AUTH_DATA="cli:s3cret")
+    assert wrong.returncode == 2 and b"refused BASIC authentication" in wrong.stderr
+    assert b"wrong" not in wrong.stderr.replace(b"refused", b"")
+    assert posted.returncode == 0 and b"3 acked, 0 failed" in posted.stdout, posted.stderr
+    assert consumed.returncode == 0 and len(consumed.stdout.splitlines()) == 3, consumed.stderr
