@@ -174,3 +174,10 @@ def test_the_official_sdk_without_a_credential_is_refused_then_accepted_when_ano
     else:
         with Broker(authenticators={"BASIC": {"user1": SECRET}}) as allowing:
             assert official(allowing.address) == "accepted"
+
+
+def test_a_slow_authentication_answer_is_a_timeout_not_a_hang():
+    with Broker(authenticators={"BASIC": {"user1": SECRET}}, allow_anonymous=False) as broker:
+        broker.faults.delay_authentication(5.0)
+        with pytest.raises(bmq.TimeoutError, match="no response .* to BASIC authentication in time"):
+            bmq.Session(broker.address, bmq.SessionOptions(credential=GOOD, connect_timeout=0.5))
