@@ -186,3 +186,27 @@ class RealBrokerProcess(BrokerProcess):
 def default_bmqbrkr_home() -> Path:
     """``../shared/bmqbrkr`` beside the checkout this script is in."""
     return Path(__file__).resolve().parents[2] / "shared" / "bmqbrkr"
+
+
+def fill_queue(address: str, uri: str, count: int, payload: bytes, chunk: int = 10_000) -> None:
+    """Post ``count`` copies of ``payload`` to ``uri`` with bmq; returns once every one is ACKed."""
+    import bmq
+
+    with bmq.Session(address) as session:
+        queue = session.open_queue(uri, write=True)
+        for first in range(0, count, chunk):
+            queue.post_many([payload] * min(chunk, count - first))  # raises unless all SUCCESS
+
+
+def drain_in_batches(session: Any, queue: Any, count: int, batch: int) -> None:
+    """Take ``count`` messages from ``queue`` with ``messages()`` and confirm each batch with one
+    ``confirm_many`` (bmq's fastest way to consume)."""
+    import itertools
+
+    received = 0
+    while received < count:
+        messages = list(itertools.islice(queue.messages(timeout=30.0), batch))
+        if not messages:
+            raise RuntimeError(f"consumer stalled at {received}/{count}")
+        session.confirm_many(messages)
+        received += len(messages)

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import bmq
-from _report import BrokerProcess, RealBrokerProcess, default_bmqbrkr_home, emit, make_parser
+from _report import (BrokerProcess, RealBrokerProcess, default_bmqbrkr_home, drain_in_batches, emit, fill_queue,
+                     make_parser)
 
 try:
     import blazingmq
@@ -133,20 +134,7 @@ def bmq_consume_on_message(address: str, uri: str, count: int) -> None:
 def bmq_consume_batch(address: str, uri: str, count: int) -> None:
     with bmq.Session(address) as session:
         queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
-        received = 0
-        while received < count:
-            batch = list(itertools.islice(queue.messages(timeout=30.0), 500))
-            if not batch:
-                raise RuntimeError(f"bmq consumer stalled at {received}/{count}")
-            session.confirm_many(batch)
-            received += len(batch)
-
-
-def fill(address: str, uri: str, count: int) -> None:
-    with bmq.Session(address) as session:
-        queue = session.open_queue(uri, write=True)
-        for offset in range(0, count, BATCH):
-            queue.post_many([PAYLOAD] * min(BATCH, count - offset))
+        drain_in_batches(session, queue, count, 500)
 
 
 def _in_threads(work: Callable[[int], Any], count: int) -> None:
@@ -359,7 +347,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                     if run is None:
                         continue
                     uri = fresh_uri(f"{name}-{pattern}")
-                    fill(broker.address, uri, count)
+                    fill_queue(broker.address, uri, count, PAYLOAD, BATCH)
                     figures[name] = measure(broker, lambda run=run, uri=uri: run(broker.address, uri, count), count)
             for name, values in figures.items():
                 results.update({f"{name}_{pattern}_{key}": value for key, value in values.items()})

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import os
 import platform
@@ -31,7 +30,7 @@ from typing import Any, Dict
 
 import bmq
 from bmq.broker import broker_address
-from _report import RealBrokerProcess, default_bmqbrkr_home
+from _report import RealBrokerProcess, default_bmqbrkr_home, drain_in_batches, fill_queue
 
 # Child processes import the same (installed) bmq as this script.
 ROOT = Path(bmq.__file__).resolve().parents[1]
@@ -51,26 +50,13 @@ def post_many_rate(broker: str, rows: int, payload: int, chunk: int = 10_000) ->
         return rows / (time.perf_counter() - start)
 
 
-def fill(broker: str, uri: str, rows: int, payload: int, chunk: int = 10_000) -> None:
-    with bmq.Session(broker=broker) as session:
-        queue = session.open_queue(uri, write=True)
-        for first in range(0, rows, chunk):
-            queue.post_many([b"x" * payload] * min(chunk, rows - first))
-
-
 def consume_rate(broker: str, rows: int, payload: int) -> float:
     uri = _queue("consume")
-    fill(broker, uri, rows, payload)
+    fill_queue(broker, uri, rows, b"x" * payload)
     with bmq.Session(broker=broker) as session:
         start = time.perf_counter()
         queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=40_000))
-        received = 0
-        while received < rows:
-            batch = list(itertools.islice(queue.messages(timeout=30.0), 5_000))
-            if not batch:
-                raise RuntimeError(f"consumer stalled at {received}/{rows}")
-            session.confirm_many(batch)
-            received += len(batch)
+        drain_in_batches(session, queue, rows, 5_000)
         return rows / (time.perf_counter() - start)
 
 
@@ -104,7 +90,7 @@ def spark_rate(spark: Any, broker: str, rows: int, payload: int) -> float:
 
 def spark_stream_rate(spark: Any, broker: str, rows: int, payload: int) -> float:
     uri = _queue("stream")
-    fill(broker, uri, rows, payload)
+    fill_queue(broker, uri, rows, b"x" * payload)
     start = time.perf_counter()
     query = (spark.readStream.format("blazingmq").option("broker", broker).option("queue", uri)
              .option("maxMessagesPerBatch", "20000").load()
