@@ -44,6 +44,7 @@ from ._health import HostHealthMonitor, ManualHostHealthMonitor
 from ._options import QueueOptions, ReconnectPolicy, SessionOptions
 from ._queue import Queue
 from ._session import Session
+from ._stats import QueueStats, SessionStats
 from ._uri import QueueUri, parse_uri
 from ._version import __version__
 from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, PropertyType, QueueState, SessionState
@@ -70,6 +71,8 @@ __all__ = [
     "parse_uri",
     "deterministic_guid",
     "MAX_PAYLOAD_SIZE",
+    "SessionStats",
+    "QueueStats",
     "events",
     "exceptions",
     "__version__",

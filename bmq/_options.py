@@ -12,6 +12,7 @@ from .exceptions import ArgumentTypeError, InvalidArgumentError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._health import HostHealthMonitor
+    from ._stats import SessionStats
     from .events import SessionEvent
 
 __all__ = ["SessionOptions", "QueueOptions", "ReconnectPolicy"]
@@ -187,6 +188,10 @@ class SessionOptions:
             (``data`` is str or bytes), or a callable returning one, called at each connect and
             each re-authentication so that a rotating secret is read afresh. It never appears
             in reprs, logs or exception texts.
+        stats_interval: seconds between statistics reports (:meth:`bmq.Session.stats`): a table
+            logged at INFO by the ``bmq.stats`` logger, and the snapshot given to ``on_stats``;
+            None (the default) reports nothing.
+        on_stats: called with each periodic :class:`bmq.SessionStats` on the dispatcher thread.
         outbox_fsync: when the outbox forces its writes to disk: ``"batch"`` (default: once
             per post/post_many call, before it is sent, so an acknowledged-or-recoverable
             message survives a machine crash), ``"always"`` (also every ACK removal) or
@@ -215,6 +220,8 @@ class SessionOptions:
     outbox_dir: Optional[str] = None
     outbox_fsync: str = "batch"
     credential: Union[Credential, Callable[[], Credential], None] = dataclasses.field(default=None, repr=False)
+    stats_interval: Optional[float] = None
+    on_stats: Optional[Callable[["SessionStats"], None]] = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -240,6 +247,9 @@ class SessionOptions:
         _require(self.outbox_fsync in FSYNC_POLICIES,
                  f"outbox_fsync must be one of {', '.join(FSYNC_POLICIES)}, not {self.outbox_fsync!r}")
         _require(self.on_event is None or callable(self.on_event), "on_event must be callable")
+        _require(self.on_stats is None or callable(self.on_stats), "on_stats must be callable")
+        if self.stats_interval is not None:
+            _positive("stats_interval", self.stats_interval)
         if self.credential is not None and not callable(self.credential):
             check_credential(self.credential)
         object.__setattr__(self, "compression", _compression(self.compression))

@@ -147,6 +147,10 @@ class PendingPuts:
     def __len__(self) -> int:
         return len(self._pending)
 
+    def outbox_size(self) -> int:
+        """Messages in the durable outbox (0 without one)."""
+        return len(self._outbox) if self._outbox is not None else 0
+
     # ---- posting ----------------------------------------------------------------------
     def post(self, queue: "Queue", payloads: Sequence[Any], properties: Any, property_types: Any,
              guids: Optional[bytes], generator: Any, new_style: bool, compression: int, on_ack: OnAck,
@@ -247,6 +251,9 @@ class PendingPuts:
                 raise
             self._pending.update(dict.fromkeys(keys, batch))
             self._bytes += size
+            counters = queue._counters
+            counters.posted += count
+            counters.posted_bytes += size
             transport = self._transport if queue.state == QueueState.OPEN else None
         if transport is not None:
             try:
@@ -280,7 +287,10 @@ class PendingPuts:
             for key in keys:
                 batch = self._pending.pop(key, None)
                 if batch is not None:
-                    self._bytes -= len(batch.payloads[batch.index[key]])
+                    size = len(batch.payloads[batch.index[key]])
+                    self._bytes -= size
+                    batch.queue._counters.posted -= 1  # never sent: not posted after all
+                    batch.queue._counters.posted_bytes -= size
             self._room.notify_all()
         if self._outbox is not None:
             self._outbox.remove(keys)
@@ -290,6 +300,8 @@ class PendingPuts:
         """Caller holds the lock and popped ``guid``: record its final answer."""
         i = batch.index[guid]
         batch.acks[i] = ack
+        answers = batch.queue._counters.answers
+        answers[ack.status.name] = answers.get(ack.status.name, 0) + 1
         self._bytes -= len(batch.payloads[i])
         batch.remaining -= 1
         if batch.futures is not None or batch.on_ack is not None or not batch.remaining:
@@ -310,12 +322,15 @@ class PendingPuts:
         """Reader thread: settle the messages of an ACK event."""
         settled: _Settled = []
         guids = []
+        # A message's deadline is its post time + ack_timeout: latency = now + ack_timeout - deadline.
+        answered = time.monotonic() + self._options.ack_timeout
         with self._lock:
             pop = self._pending.pop
             for status, _, guid, _ in _codec.iter_acks(event):
                 batch = pop(guid, None)
                 if batch is not None:
                     self._settle(batch, guid, Ack(ACK_STATUS_FROM_WIRE[status], guid, batch.queue.uri), settled)
+                    batch.queue._counters.latencies.append(answered - batch.deadline)
                     guids.append(guid)
             if guids:
                 self._room.notify_all()

@@ -6,6 +6,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from ._protocol import queue_flags
+from ._stats import QueueCounters
 from ._options import QueueOptions
 from ._types import Ack, CompressionAlgorithmType, Message, PropertyType, QueueState
 from ._uri import QueueUri
@@ -84,6 +85,7 @@ class Queue:
         self._on_message = on_message
         self.queue_id = queue_id
         self.sub_id = sub_id
+        self._counters = QueueCounters()  # bmq.Session.stats(); see bmq/_stats.py
         self.state = QueueState.OPENING
         self.suspended = False
         self.subscription_ids: List[int] = []
@@ -313,6 +315,7 @@ class Queue:
 
     def _deliver(self, message: Message) -> None:
         """Reader thread: hand a message to get() or to the on_message callback."""
+        self._counters.pushed += 1
         if self._on_message is None:
             self._inbox.put(message)
         else:

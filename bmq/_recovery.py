@@ -6,8 +6,8 @@ requests, reopens every queue that was open (with its latest options), re-sends 
 held back for those queues, and finally lets :meth:`PendingPuts.restore` retransmit every
 unacknowledged PUT with its GUID. Only then is the state restored (events ``Reconnected`` →
 ``QueueReopened``/``QueueReopenFailed`` → ``StateRestored``). The ACK timer thread resolves PUTs
-whose ACK did not come within ``ack_timeout``; it is a thread of its own so that ACKs expire on
-time even while the supervisor blocks in a reconnect.
+whose ACK did not come within ``ack_timeout`` (a thread of its own so that ACKs expire on time
+even while the supervisor blocks in a reconnect), and emits the periodic statistics report.
 
 Both threads act on the session they belong to (its lock, state, connection and units); a
 failure inside them stops the session rather than leaving callers waiting.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Callable, List, Tuple
 
 from . import events as ev
@@ -28,12 +29,14 @@ from .exceptions import ConnectionLost, Error, QueueStateError, TimeoutError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._session import Session
+    from ._stats import SessionStats
 
 __all__ = ["Recovery"]
 
 logger = logging.getLogger("bmq._session")  # the session's logger: one place to look
 
 _ACK_EXPIRY_TICK = 0.1
+_stats_logger = logging.getLogger("bmq.stats")
 
 
 class Recovery:
@@ -74,12 +77,24 @@ class Recovery:
 
     def _expire_acks(self) -> None:
         s = self._session
+        interval = s.options.stats_interval
+        next_report = time.monotonic() + interval if interval else None
         while True:
             with s._lock:
                 if s._stopping():
                     return
                 s._wake.wait(_ACK_EXPIRY_TICK)
             s._puts.expire()
+            if next_report is not None and time.monotonic() >= next_report:
+                next_report += interval  # type: ignore[operator]
+                self._report(s.stats())
+
+    def _report(self, snapshot: "SessionStats") -> None:
+        """The periodic statistics report: a table in the log, the snapshot to ``on_stats``."""
+        s = self._session
+        _stats_logger.info("%s", snapshot.table())
+        if s.options.on_stats is not None:
+            s._dispatch(s.options.on_stats, snapshot)
 
     def _reconnect(self) -> None:
         s = self._session

@@ -26,6 +26,7 @@ from ._connection import Connection, client_identity
 from ._queue import Queue
 from ._recovery import Recovery
 from ._registry import QueueRegistry
+from ._stats import SessionStats
 from ._requests import ControlRequests, Request
 from ._transport import parse_broker_address
 from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, QueueState, SessionState
@@ -619,6 +620,7 @@ class Session:
         """
         self._check_running()
         items = []
+        counters = []
         for message in messages:
             queue = message._queue
             if queue._session is not self:
@@ -626,6 +628,7 @@ class Session:
             if queue.state == QueueState.CLOSED:
                 raise QueueStateError(f"{queue.uri} is closed: cannot confirm")
             items.append((queue.queue_id, message.guid, queue.sub_id))
+            counters.append(queue._counters)
         conn = self._conn
         if not items:
             return
@@ -639,6 +642,31 @@ class Session:
             except ConnectionLost:
                 logger.info("connection lost: confirms dropped (the broker will redeliver)")
                 return
+            with self._lock:  # confirms come from any thread: one lock per call keeps counts exact
+                for queue_counters in counters[start:start + _CONFIRM_CHUNK]:
+                    queue_counters.confirmed += 1
+
+    # ---- statistics -------------------------------------------------------------------
+    def stats(self) -> SessionStats:
+        """A snapshot of the session's statistics (:class:`bmq.SessionStats`): connections,
+        traffic, writer queue, outbox, and per open queue posts, answers by status, messages in
+        flight, deliveries, confirms and post→ACK latency percentiles. JSON-serialisable with
+        ``as_dict()``; ``table()`` renders it for a log.
+
+        Thread-safety: any thread; cheap (the counters are kept all along).
+        """
+        with self._lock:
+            conn = self._conn
+            transport = conn.transport if conn is not None else None
+            queues = {queue.uri: queue._counters.snapshot(queue.uri) for queue in self._queues}
+            return SessionStats(
+                broker=self.broker, state=str(self._state), connections=self._generation,
+                reconnects=max(0, self._generation - 1),
+                bytes_in=transport.bytes_in if transport else 0, bytes_out=transport.bytes_out if transport else 0,
+                events_in=transport.events_in if transport else 0,
+                writer_queue_bytes=transport._queued if transport else 0,
+                high_watermark_wait_s=round(transport.high_watermark_wait, 6) if transport else 0.0,
+                outbox_messages=self._puts.outbox_size(), queues=queues)
 
     # ---- host health ------------------------------------------------------------------
     def _on_host_health(self, healthy: bool) -> None:

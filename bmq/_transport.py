@@ -94,6 +94,10 @@ class Transport:
         self._queued = 0  # bytes queued or being written by the writer thread
         self._writing = False  # a thread is inside a socket write: the others queue
         self._closed = False
+        # Traffic counters (bmq.Session.stats): bytes_out and high_watermark_wait under the lock,
+        # the others by the reader thread alone.
+        self.bytes_in = self.events_in = self.bytes_out = 0
+        self.high_watermark_wait = 0.0
         self._heartbeat_interval: Optional[float] = None
         self._max_missed = 0
         self._reader: Optional[threading.Thread] = None
@@ -158,7 +162,9 @@ class Transport:
                         raise BandwidthLimitError(
                             f"{self._queued} bytes still waiting for the socket after {timeout:g} s"
                         )
+                    waited = time.monotonic()
                     self._has_room.wait(remaining)
+                    self.high_watermark_wait += time.monotonic() - waited
             if self._queue or self._writing or self._closed or _DONTWAIT is None:
                 self._enqueue(data)
                 return
@@ -176,6 +182,7 @@ class Transport:
             raise ConnectionLost(f"write to {self.address[0]}:{self.address[1]} failed: {e}") from e
         with self._lock:
             self._writing = False
+            self.bytes_out += sent
             if sent < size and not self._closed:
                 self._queue.appendleft(data[sent:] if sent else data)
                 self._queued += size - sent
@@ -221,6 +228,7 @@ class Transport:
             with self._lock:
                 self._writing = False
                 self._queued -= size
+                self.bytes_out += size
                 self._has_room.notify_all()
 
     # ---- reading ------------------------------------------------------------------
@@ -261,6 +269,8 @@ class Transport:
                 if not size:
                     raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
                 events = frames.feed(view[:size])
+                self.bytes_in += size
+                self.events_in += len(events)
                 if events:
                     # Only whole events prove the link alive (protocol §10): a stream stuck
                     # inside a bogus length must still be detected as dead.

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 import bmq
+from bmq._stats import QueueCounters
 from bmq._puts import PendingPuts
 
 
@@ -11,6 +12,9 @@ class _Queue:
     state = "open"
     uri = "bmq://bmq.test.mem.priority/q"
     queue_id = 0
+
+    def __init__(self) -> None:
+        self._counters = QueueCounters()
 
 
 def test_track_after_close_raises_and_records_nothing():
