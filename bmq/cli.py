@@ -236,7 +236,10 @@ def cmd_post(args: argparse.Namespace) -> int:
         for thread in threads:
             thread.join()
         elapsed = max(time.monotonic() - started, 1e-9)
+        final_stats = session.stats() if args.stats else None
     progress.close()
+    if final_stats is not None:
+        print(final_stats.table(), file=sys.stderr)
     if errors:
         raise errors[0]
     acked = statuses.pop("SUCCESS", 0)
@@ -296,7 +299,10 @@ def cmd_consume(args: argparse.Namespace) -> int:
         if pending:
             session.confirm_many(pending)
         out.flush()
+        final_stats = session.stats() if args.stats else None
     progress.close()
+    if final_stats is not None:
+        print(final_stats.table(), file=sys.stderr)
     if args.count is not None and received < args.count:
         print(f"bmq consume: received {received} of {args.count} messages before a {args.timeout}s silence",
               file=sys.stderr)
@@ -407,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
                              help=f"authenticate with MECHANISM (e.g. BASIC); the secret is read from "
                                   f"${AUTH_DATA_VARIABLE}")
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        if name != "bench":  # bench prints its own figures for every session it runs
+            command.add_argument("--stats", action="store_true",
+                                 help="print the session's final statistics on stderr")
         return command
 
     from .broker import cli as broker_cli

@@ -142,3 +142,14 @@ def test_auth_takes_the_secret_from_the_environment_only():
     assert b"wrong" not in wrong.stderr.replace(b"refused", b"")
     assert posted.returncode == 0 and b"3 acked, 0 failed" in posted.stdout, posted.stderr
     assert consumed.returncode == 0 and len(consumed.stdout.splitlines()) == 3, consumed.stderr
+
+
+def test_stats_prints_the_final_statistics(broker):
+    uri = "bmq://bmq.test.mem.priority/cli-stats"
+    posted = run_cli("post", uri, "--broker", broker.address, "--count", "7", "--stats")
+    assert posted.returncode == 0, posted.stderr
+    line = next(line for line in posted.stderr.decode().splitlines() if line.startswith(uri))
+    assert line.split()[1:4] == ["7", "7", "0"]  # posted, acked, nacked
+    consumed = run_cli("consume", uri, "--broker", broker.address, "--count", "7", "--stats")
+    line = next(line for line in consumed.stderr.decode().splitlines() if line.startswith(uri))
+    assert line.split()[5:7] == ["7", "7"]  # pushed, confirmed
