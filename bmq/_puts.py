@@ -300,8 +300,6 @@ class PendingPuts:
         """Caller holds the lock and popped ``guid``: record its final answer."""
         i = batch.index[guid]
         batch.acks[i] = ack
-        answers = batch.queue._counters.answers
-        answers[ack.status.name] = answers.get(ack.status.name, 0) + 1
         self._bytes -= len(batch.payloads[i])
         batch.remaining -= 1
         if batch.futures is not None or batch.on_ack is not None or not batch.remaining:
@@ -324,13 +322,18 @@ class PendingPuts:
         guids = []
         # A message's deadline is its post time + ack_timeout: latency = now + ack_timeout - deadline.
         answered = time.monotonic() + self._options.ack_timeout
+        last = None
         with self._lock:
             pop = self._pending.pop
             for status, _, guid, _ in _codec.iter_acks(event):
                 batch = pop(guid, None)
                 if batch is not None:
                     self._settle(batch, guid, Ack(ACK_STATUS_FROM_WIRE[status], guid, batch.queue.uri), settled)
-                    batch.queue._counters.latencies.append(answered - batch.deadline)
+                    counters = batch.queue._counters
+                    counters.broker_answers[status] += 1
+                    if batch is not last:  # one latency sample per post call in this event
+                        counters.latencies.append(answered - batch.deadline)
+                        last = batch
                     guids.append(guid)
             if guids:
                 self._room.notify_all()
@@ -353,6 +356,8 @@ class PendingPuts:
             for guid, batch in taken:
                 del self._pending[guid]
                 self._settle(batch, guid, Ack(status, guid, batch.queue.uri), settled)
+                answers = batch.queue._counters.local_answers
+                answers[status.name] = answers.get(status.name, 0) + 1
             if taken:
                 self._room.notify_all()
         if self._outbox is not None and status is not AckStatus.NOT_CONNECTED and taken:

@@ -620,7 +620,7 @@ class Session:
         """
         self._check_running()
         items = []
-        counters = []
+        runs: List[List[Any]] = []  # [queue counters, confirms]: messages mostly come queue by queue
         for message in messages:
             queue = message._queue
             if queue._session is not self:
@@ -628,7 +628,10 @@ class Session:
             if queue.state == QueueState.CLOSED:
                 raise QueueStateError(f"{queue.uri} is closed: cannot confirm")
             items.append((queue.queue_id, message.guid, queue.sub_id))
-            counters.append(queue._counters)
+            if runs and runs[-1][0] is queue._counters:
+                runs[-1][1] += 1
+            else:
+                runs.append([queue._counters, 1])
         conn = self._conn
         if not items:
             return
@@ -642,9 +645,9 @@ class Session:
             except ConnectionLost:
                 logger.info("connection lost: confirms dropped (the broker will redeliver)")
                 return
-            with self._lock:  # confirms come from any thread: one lock per call keeps counts exact
-                for queue_counters in counters[start:start + _CONFIRM_CHUNK]:
-                    queue_counters.confirmed += 1
+        with self._lock:  # confirms come from any thread: one lock per call keeps counts exact
+            for queue_counters, count in runs:
+                queue_counters.confirmed += count
 
     # ---- statistics -------------------------------------------------------------------
     def stats(self) -> SessionStats:

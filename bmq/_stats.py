@@ -3,8 +3,10 @@
 Counting stays off the hot path's cost: each counter is a plain integer attribute incremented
 by the thread that already owns that state, under the lock it already holds (the pending-PUT
 table's for posts and answers, the reader thread for PUSHes and received bytes); nothing new is
-locked. Post→ACK latencies are kept in a ring of the last :data:`LATENCY_WINDOW` answers and
-turned into percentiles only when a snapshot is taken.
+locked. Post→ACK latencies are kept in a ring of the last :data:`LATENCY_WINDOW` samples (one
+per post call answered in one ACK event: its messages share the post and the answer time) and
+turned into percentiles only when a snapshot is taken. A ``confirm_many`` interrupted by a lost
+connection counts none of its confirms (the broker redelivers those messages).
 
 Invariant of a queue's figures (also after reconnects and faults):
 ``posted == acked[SUCCESS] + sum(other answers) + in_flight`` — every posted message is either
@@ -17,6 +19,8 @@ import dataclasses
 import json
 from typing import Any, Deque, Dict, List, Optional
 
+from ._types import ACK_STATUS_FROM_WIRE
+
 __all__ = ["QueueCounters", "QueueStats", "SessionStats", "LATENCY_WINDOW"]
 
 #: How many of the latest post→ACK latencies the percentiles are taken over.
@@ -26,23 +30,31 @@ LATENCY_WINDOW = 4096
 class QueueCounters:
     """Live counters of one queue (see the module docstring for who increments what)."""
 
-    __slots__ = ("posted", "posted_bytes", "answers", "pushed", "confirmed", "latencies")
+    __slots__ = ("posted", "posted_bytes", "broker_answers", "local_answers", "pushed", "confirmed", "latencies")
 
     def __init__(self) -> None:
         self.posted = 0
         self.posted_bytes = 0
-        self.answers: Dict[str, int] = {}  # AckStatus name -> messages
+        # Broker ACKs by wire status (a list: the reader's per-message cost is one index), and
+        # the rarer local answers by AckStatus name.
+        self.broker_answers: List[int] = [0] * 16
+        self.local_answers: Dict[str, int] = {}
         self.pushed = 0
         self.confirmed = 0
         self.latencies: Deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
 
     def snapshot(self, uri: str) -> "QueueStats":
-        answered = sum(self.answers.values())
+        acked = dict(self.local_answers)
+        for code, count in enumerate(self.broker_answers):
+            if count:
+                name = ACK_STATUS_FROM_WIRE[code].name
+                acked[name] = acked.get(name, 0) + count
+        answered = sum(acked.values())
         return QueueStats(
             uri=uri,
             posted=self.posted,
             posted_bytes=self.posted_bytes,
-            acked=dict(self.answers),
+            acked=acked,
             in_flight=self.posted - answered,
             pushed=self.pushed,
             confirmed=self.confirmed,
@@ -71,7 +83,7 @@ class QueueStats:
         in_flight: posted and not answered yet.
         pushed, confirmed, unconfirmed: messages delivered to this reader, confirmed, and not yet.
         ack_latency_us: post→ACK percentiles (``p50``, ``p90``, ``p99``, ``max``) over the latest
-            broker answers (empty before the first).
+            broker answers, one sample per post call per ACK event (empty before the first).
     """
 
     uri: str
