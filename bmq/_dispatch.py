@@ -1,14 +1,18 @@
-"""The dispatcher thread (user callbacks) and the helpers that make and resolve futures."""
+"""The dispatcher thread (user callbacks), the session event queue, and the helpers that make
+and resolve futures."""
 from __future__ import annotations
 
+import collections
 import logging
 import queue as _stdqueue
 import threading
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, RUNNING
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Deque, List, Optional
 
-__all__ = ["Dispatcher", "new_futures", "resolve_future", "fail_future"]
+from . import events as ev
+
+__all__ = ["Dispatcher", "EventQueue", "new_futures", "resolve_future", "fail_future"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,3 +127,47 @@ class Dispatcher:
             if self._slow and self._queue.qsize() <= self._low:
                 self._slow = False
                 self._on_slow(False)
+
+
+class EventQueue:
+    """A session's events: logged, kept for :meth:`next` (the newest ``backlog``), and given to
+    ``on_event`` on the dispatcher thread.
+
+    Thread-safety: any thread; each event goes to one :meth:`next` caller.
+    """
+
+    _WARNINGS = (ev.ConnectionLost, ev.Error, ev.QueueReopenFailed)
+    _logger = logging.getLogger("bmq._session")  # with the rest of the session's log
+
+    def __init__(self, dispatcher: Dispatcher, on_event: Optional[Callable[[ev.SessionEvent], None]],
+                 backlog: int) -> None:
+        self._dispatcher = dispatcher
+        self._on_event = on_event
+        self._events: Deque[ev.SessionEvent] = collections.deque(maxlen=backlog)
+        self._ready = threading.Condition(threading.Lock())
+        self._closed = False
+
+    def emit(self, event: ev.SessionEvent) -> None:
+        self._logger.log(logging.WARNING if isinstance(event, self._WARNINGS) else logging.INFO, "session event: %r", event)
+        with self._ready:
+            self._events.append(event)
+            self._ready.notify()
+        if self._on_event is not None:
+            self._dispatcher.submit(self._on_event, event)
+
+    def next(self, timeout: Optional[float]) -> Optional[ev.SessionEvent]:
+        """The oldest event not yet returned; None after ``timeout`` or once closed and empty."""
+        with self._ready:
+            if not self._events:
+                self._ready.wait_for(lambda: bool(self._events) or self._closed, timeout)
+            return self._events.popleft() if self._events else None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """No event will come any more: wake the waiters (what is left can still be taken)."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()

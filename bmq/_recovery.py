@@ -103,7 +103,7 @@ class Recovery:
         while True:
             if not policy.enabled or (policy.max_attempts is not None and attempt >= policy.max_attempts):
                 logger.warning("giving up reconnecting to %s after %d attempt(s)", s.broker, attempt)
-                s._emit(ev.Error(f"could not reconnect to {s.broker}; session stopped"))
+                s._events.emit(ev.Error(f"could not reconnect to {s.broker}; session stopped"))
                 with s._lock:
                     if s._state == SessionState.RECONNECTING:
                         s._state = SessionState.STOPPING
@@ -134,7 +134,7 @@ class Recovery:
                 # connection does not know yet: it goes after the reopen (so its options win).
                 buffered, deferred = s._requests.for_new_connection({id(queue) for queue in to_reopen})
             logger.warning("reconnected to %s", s.broker)
-            s._emit(ev.Reconnected())
+            s._events.emit(ev.Reconnected())
             transport = conn.transport
             assert transport is not None
             try:
@@ -148,7 +148,7 @@ class Recovery:
                 logger.warning("connection lost again while restoring state: %s", e)
                 if isinstance(e, TimeoutError):
                     # The broker is slow, it sent no bad data: say so, then start over.
-                    s._emit(ev.Error(f"could not restore the session state after reconnecting to "
+                    s._events.emit(ev.Error(f"could not restore the session state after reconnecting to "
                                         f"{s.broker}: {e}; reconnecting again"))
                     e = ConnectionLost(f"reconnecting again: {e}")
                 with s._lock:
@@ -162,7 +162,7 @@ class Recovery:
             with s._lock:
                 if s._conn is conn and s._state == SessionState.RECONNECTING:
                     s._state = SessionState.STARTED
-            s._emit(ev.StateRestored())
+            s._events.emit(ev.StateRestored())
             return
 
     def _resend_configures(self, deferred: List[Request], transport: Transport) -> None:
@@ -186,19 +186,15 @@ class Recovery:
     def _reopen(self, queue: Queue) -> None:
         s = self._session
         try:
-            applied = queue.options
-            s._open_handle(queue, s.options.open_queue_timeout, buffered=False)
-            if queue.read and queue.options is not applied and not queue.suspended:
-                # configure_queue() ran during the reopen: catch up with its options.
-                s._configure_handle(queue, queue.options, s.options.configure_queue_timeout, buffered=False)
+            s._handles.reopen(queue, s.options.open_queue_timeout, s.options.configure_queue_timeout)
         except (ConnectionLost, TimeoutError):
             raise
         except Error as e:
             logger.warning("reopening %s failed: %s", queue.uri, e)
             s._forget_queue(queue, AckStatus.UNKNOWN)
-            s._emit(ev.QueueReopenFailed(queue.uri, str(e)))
+            s._events.emit(ev.QueueReopenFailed(queue.uri, str(e)))
             return
         with s._lock:
             if queue.state == QueueState.PENDING:
                 queue.state = QueueState.OPEN
-        s._emit(ev.QueueReopened(queue.uri))
+        s._events.emit(ev.QueueReopened(queue.uri))

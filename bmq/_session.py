@@ -6,19 +6,19 @@ runs user callbacks; the supervisor reconnects, reopens queues, retransmits and 
 """
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
 import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Union, cast
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union, cast
 
 from . import _codec, _schema
 from . import events as ev
-from ._protocol import DEFAULT_APP_ID
-from ._dispatch import Dispatcher, fail_future
+from ._deliveries import Deliveries
+from ._dispatch import Dispatcher, EventQueue, fail_future
+from ._handles import QueueHandles
 from ._options import QueueOptions, SessionOptions, _compression
 from ._outbox import Outbox, OutboxRecord
 from ._puts import Batch, PendingPuts
@@ -50,7 +50,6 @@ logger = logging.getLogger(__name__)
 # Waiting for an ACK blocks a little longer than ack_timeout: the supervisor resolves the
 # future as TIMEOUT at ack_timeout, so the caller sees that rather than a bare TimeoutError.
 _ACK_WAIT_MARGIN = 5.0
-_CONFIRM_CHUNK = 20000
 _EVENT_BACKLOG = 10000
 _session_ids = itertools.count(1)
 
@@ -88,7 +87,6 @@ class Session:
         self.options = options = options or SessionOptions()
         self.broker = broker
         self._address = parse_broker_address(broker)
-        self._on_event = on_event or options.on_event
         self._id = next(_session_ids)
         self._guids = _codec.GuidGenerator(self._id)
         self._lock = threading.RLock()
@@ -99,8 +97,6 @@ class Session:
         self._generation = 0  # connections adopted so far
         self._requests = ControlRequests()
         self._queues = QueueRegistry()
-        self._events: Deque[ev.SessionEvent] = collections.deque(maxlen=_EVENT_BACKLOG)
-        self._events_ready = threading.Condition(threading.Lock())
         self._stopped = threading.Event()
         self._recovered: Dict[str, List[OutboxRecord]] = {}
         # Before any thread starts: an unusable outbox_dir (OutboxError) must leave nothing running.
@@ -117,7 +113,9 @@ class Session:
             options.event_queue_low_watermark,
             self._on_slow_consumer,
         )
-        self._host_healthy = True
+        self._events = EventQueue(self._dispatcher, on_event or options.on_event, _EVENT_BACKLOG)
+        self._handles = QueueHandles(self._call, self._lock, self._queues)
+        self._deliveries = Deliveries(self, self._queues, self._lock, options.channel_write_timeout)
         self.outbox_recovered = sum(map(len, self._recovered.values()))
         """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
         GUID) when its queue is opened for writing."""
@@ -138,9 +136,9 @@ class Session:
         self._recovery.start()
         monitor = options.host_health_monitor
         if monitor is not None:
-            self._host_healthy = monitor.healthy
+            self._handles.host_healthy = monitor.healthy
             monitor.add_listener(self._on_host_health)
-        self._emit(ev.Connected())
+        self._events.emit(ev.Connected())
 
     def __repr__(self) -> str:
         return f"Session({self.broker!r}, state={self._state})"
@@ -156,7 +154,7 @@ class Session:
     def _connect(self, timeout: float) -> Connection:
         """Connect and negotiate a new connection (not yet adopted)."""
         conn = Connection(self._address, self.options.channel_high_watermark, f"{self._id}",
-                          self._puts.handle_acks, self._handle_push, self._handle_control, self._on_connection_failure)
+                          self._puts.handle_acks, self._deliveries.handle_push, self._handle_control, self._on_connection_failure)
         with self._lock:
             self._check_running()
             self._connecting = conn  # so that stop() can abort a slow negotiation
@@ -178,7 +176,7 @@ class Session:
         self._new_style = conn.new_style_properties
         if self.options.credential is not None:
             conn.keep_authenticated(self.options.credential, self.broker, self.options.connect_timeout,
-                                    lambda exc: self._emit(ev.AuthenticationFailed(str(exc))))
+                                    lambda exc: self._events.emit(ev.AuthenticationFailed(str(exc))))
 
     def _on_connection_failure(self, conn: Connection, exc: BaseException) -> None:
         """Reader/writer thread: the connection died."""
@@ -199,26 +197,15 @@ class Session:
                 self._state = SessionState.RECONNECTING
             self._wake.notify_all()
         if not isinstance(exc, ConnectionError):
-            self._emit(ev.Error(f"bad data from the broker, connection dropped: {exc!r}"))
-        self._emit(ev.ConnectionLost(str(exc)))
+            self._events.emit(ev.Error(f"bad data from the broker, connection dropped: {exc!r}"))
+        self._events.emit(ev.ConnectionLost(str(exc)))
 
     def _stopping(self) -> bool:
         return self._state in (SessionState.STOPPING, SessionState.STOPPED)
 
     # ---- events ---------------------------------------------------------------------
-    def _emit(self, event: ev.SessionEvent) -> None:
-        if isinstance(event, (ev.ConnectionLost, ev.Error, ev.QueueReopenFailed)):
-            logger.warning("session event: %r", event)
-        else:
-            logger.info("session event: %r", event)
-        with self._events_ready:
-            self._events.append(event)
-            self._events_ready.notify()
-        if self._on_event is not None:
-            self._dispatcher.submit(self._on_event, event)
-
     def _on_slow_consumer(self, slow: bool) -> None:
-        self._emit(ev.SlowConsumerHighWaterMark() if slow else ev.SlowConsumerNormal())
+        self._events.emit(ev.SlowConsumerHighWaterMark() if slow else ev.SlowConsumerNormal())
 
     def _dispatch(self, fn: Callable[..., Any], *args: Any) -> None:
         self._dispatcher.submit(fn, *args)
@@ -238,14 +225,10 @@ class Session:
 
         Thread-safety: any thread; each event goes to one caller.
         """
-        with self._events_ready:
-            if not self._events:
-                self._events_ready.wait_for(lambda: bool(self._events) or self._stopped.is_set(), timeout)
-            if self._events:
-                return self._events.popleft()
-        if self._stopped.is_set():
+        event = self._events.next(timeout)
+        if event is None and self._events.closed:
             raise SessionClosedError(f"session to {self.broker} is stopped and has no event left")
-        return None
+        return event
 
     # ---- control requests -------------------------------------------------------------
     def _check_running(self) -> None:
@@ -349,13 +332,13 @@ class Session:
         generation = self._generation
         try:
             try:
-                self._open_handle(queue, timeout, buffered=True)
+                self._handles.open(queue, timeout, buffered=True)
             except BrokerError:
                 if self._generation == generation:
                     raise
                 # Reconnected between OpenQueue and ConfigureStream: the new connection never
                 # saw the open, so start over on it.
-                self._open_handle(queue, max(0.0, deadline - time.monotonic()), buffered=True)
+                self._handles.open(queue, max(0.0, deadline - time.monotonic()), buffered=True)
         except BaseException:
             self._forget_queue(queue, AckStatus.CANCELED)
             raise
@@ -366,60 +349,6 @@ class Session:
         if write and self._recovered:
             self._resend_recovered(queue)
         return queue
-
-    def _open_handle(self, queue: Queue, timeout: float, *, buffered: bool) -> None:
-        deadline = time.monotonic() + timeout
-        self._call({"openQueue": {"handleParameters": queue._handle_parameters()}}, timeout, f"open {queue.uri}",
-                   buffered=buffered)
-        if queue.read:
-            suspend = queue.options.suspends_on_bad_host_health and not self._host_healthy
-            try:
-                self._configure_handle(queue, queue.options, max(0.0, deadline - time.monotonic()),
-                                       buffered=buffered, deconfigure=suspend)
-            except (BrokerError, TimeoutError):
-                # The broker holds the opened handle: release it (best effort) before failing,
-                # within what is left of the caller's timeout (the close is sent regardless).
-                try:
-                    self._call(self._close_request(queue), max(0.0, deadline - time.monotonic()),
-                               f"close {queue.uri}", buffered=False)
-                except Error as e:
-                    logger.info("closing %s after a failed configure failed too: %s", queue.uri, e)
-                raise
-            queue.suspended = suspend
-
-    def _stream_parameters(self, queue: Queue, options: QueueOptions, ids: List[int]) -> Dict[str, Any]:
-        consumer = {
-            "maxUnconfirmedMessages": options.max_unconfirmed_messages,
-            "maxUnconfirmedBytes": options.max_unconfirmed_bytes,
-            "consumerPriority": options.consumer_priority,
-            "consumerPriorityCount": 1,
-        }
-        expressions = [("E_VERSION_1", text) for text in options.subscriptions] or [("E_UNDEFINED", "")]
-        return {
-            "appId": queue.app_id or DEFAULT_APP_ID,
-            "subscriptions": [
-                {"sId": sid, "expression": {"version": version, "text": text}, "consumers": [consumer]}
-                for sid, (version, text) in zip(ids, expressions)
-            ],
-        }
-
-    def _configure_handle(
-        self, queue: Queue, options: QueueOptions, timeout: float, *, buffered: bool, deconfigure: bool = False
-    ) -> None:
-        """ConfigureStream with fresh subscription ids, registered before the request so that
-        a PUSH following the response on the stream finds its queue."""
-        with self._lock:
-            ids = self._queues.subscribe(queue, 0 if deconfigure else max(1, len(options.subscriptions)))
-        params = self._stream_parameters(queue, options, ids)
-        try:
-            self._call({"configureStream": {"qId": queue.queue_id, "streamParameters": params}}, timeout,
-                       f"configure {queue.uri}", buffered=buffered, queue=queue)
-        except BaseException:
-            with self._lock:
-                self._queues.unsubscribe(queue, ids)
-            raise
-        with self._lock:
-            self._queues.replace_subscriptions(queue, ids)
 
     def _lookup(self, uri: str) -> Queue:
         queue = self._queues.get(uri)
@@ -465,7 +394,7 @@ class Session:
                 # Nothing to send now: the reopen (or the resume) applies the latest options.
                 queue._options = options
                 return
-        self._configure_handle(queue, options, timeout, buffered=True)
+        self._handles.configure(queue, options, timeout, buffered=True)
         queue._options = options
 
     def close_queue(self, uri: str, timeout: Optional[float] = None) -> None:
@@ -482,7 +411,6 @@ class Session:
         self._check_current(queue)
         uri = queue.uri
         timeout = self.options.close_queue_timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
         with self._lock:
             if queue.state in (QueueState.CLOSING, QueueState.CLOSED):
                 raise QueueStateError(f"{uri} is already {queue.state}")
@@ -490,23 +418,10 @@ class Session:
             queue.state = QueueState.CLOSING
         try:
             if connected:
-                if queue.read and queue.subscription_ids:
-                    self._configure_handle(queue, queue.options, timeout, buffered=False, deconfigure=True)
-                self._call(self._close_request(queue), max(0.0, deadline - time.monotonic()), f"close {uri}",
-                           buffered=False)
-        except ConnectionLost:
-            pass  # the broker forgets the handle with the connection
+                self._handles.close(queue, timeout)
         finally:
             self._forget_queue(queue, AckStatus.CANCELED)
         logger.info("closed %s", uri)
-
-    def _close_request(self, queue: Queue) -> Dict[str, Any]:
-        """CloseQueue for one handle: its own counts, and ``isFinal`` only when no other handle
-        of the canonical URI stays open in this session (protocol §8.5); a final close of a shared
-        qId would make the broker drop the other handles (writer, other appIds)."""
-        with self._lock:
-            final = self._queues.is_last_handle(queue)
-        return {"closeQueue": {"handleParameters": queue._handle_parameters(), "isFinal": final}}
 
     def _forget_queue(self, queue: Queue, status: AckStatus) -> None:
         with self._lock:
@@ -589,19 +504,6 @@ class Session:
         return self.options.ack_timeout + _ACK_WAIT_MARGIN if timeout is None else timeout
 
     # ---- consuming --------------------------------------------------------------------
-    def _handle_push(self, event: bytes) -> None:
-        readers = self._queues.readers
-        for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event):
-            for sid in sub_ids:
-                queue = readers.get((queue_id, sid))
-                if queue is None:
-                    with self._lock:
-                        queue = self._queues.sole_reader(queue_id)
-                    if queue is None:
-                        logger.warning("PUSH for unknown queue %d / subscription %d dropped", queue_id, sid)
-                        continue
-                queue._deliver(Message(payload, guid, queue, area, new_style))
-
     def confirm(self, message: Message) -> None:
         """Confirm one message (same as ``message.confirm()``)."""
         self.confirm_many((message,))
@@ -619,35 +521,7 @@ class Session:
                 ``channel_write_timeout``.
         """
         self._check_running()
-        items = []
-        runs: List[List[Any]] = []  # [queue counters, confirms]: messages mostly come queue by queue
-        for message in messages:
-            queue = message._queue
-            if queue._session is not self:
-                raise QueueStateError(f"a message of {queue.uri} from another session cannot be confirmed here")
-            if queue.state == QueueState.CLOSED:
-                raise QueueStateError(f"{queue.uri} is closed: cannot confirm")
-            items.append((queue.queue_id, message.guid, queue.sub_id))
-            if runs and runs[-1][0] is queue._counters:
-                runs[-1][1] += 1
-            else:
-                runs.append([queue._counters, 1])
-        conn = self._conn
-        if not items:
-            return
-        if conn is None:
-            logger.info("not connected: %d confirm(s) dropped (the broker will redeliver)", len(items))
-            return
-        for start in range(0, len(items), _CONFIRM_CHUNK):
-            data = _codec.build_confirm_event(items[start:start + _CONFIRM_CHUNK])
-            try:
-                conn.transport.send(data, self.options.channel_write_timeout)
-            except ConnectionLost:
-                logger.info("connection lost: confirms dropped (the broker will redeliver)")
-                return
-        with self._lock:  # confirms come from any thread: one lock per call keeps counts exact
-            for queue_counters, count in runs:
-                queue_counters.confirmed += count
+        self._deliveries.confirm(messages, self._conn)
 
     # ---- statistics -------------------------------------------------------------------
     def stats(self) -> SessionStats:
@@ -660,44 +534,26 @@ class Session:
         """
         with self._lock:
             conn = self._conn
-            transport = conn.transport if conn is not None else None
             queues = {queue.uri: queue._counters.snapshot(queue.uri) for queue in self._queues}
-            return SessionStats(
-                broker=self.broker, state=str(self._state), connections=self._generation,
-                reconnects=max(0, self._generation - 1),
-                bytes_in=transport.bytes_in if transport else 0, bytes_out=transport.bytes_out if transport else 0,
-                events_in=transport.events_in if transport else 0,
-                writer_queue_bytes=transport._queued if transport else 0,
-                high_watermark_wait_s=round(transport.high_watermark_wait, 6) if transport else 0.0,
-                outbox_messages=self._puts.outbox_size(), queues=queues)
+            return SessionStats.of(self.broker, str(self._state), self._generation,
+                                   conn.transport if conn is not None else None, self._puts.outbox_size(), queues)
 
     # ---- host health ------------------------------------------------------------------
     def _on_host_health(self, healthy: bool) -> None:
         self._dispatcher.submit(self._apply_host_health, healthy)
 
     def _apply_host_health(self, healthy: bool) -> None:
-        if self._stopping() or healthy == self._host_healthy:
+        if self._stopping() or healthy == self._handles.host_healthy:
             return
-        self._host_healthy = healthy
         if not healthy:
-            self._emit(ev.HostUnhealthy())
-        with self._lock:
-            # Only queues whose state changes: a queue opened while unhealthy started suspended,
-            # and one that never was suspended must not be reported resumed.
-            queues = [q for q in self._queues
-                      if q.options.suspends_on_bad_host_health and q.is_open and q.suspended == healthy]
-        for queue in queues:
-            try:
-                if queue.read:
-                    options = queue.options
-                    self._configure_handle(queue, options, self.options.configure_queue_timeout,
-                                           buffered=False, deconfigure=not healthy)
-                queue.suspended = not healthy
-                self._emit(ev.QueueResumed(queue.uri) if healthy else ev.QueueSuspended(queue.uri))
-            except Error as e:
-                self._emit((ev.QueueResumeFailed if healthy else ev.QueueSuspendFailed)(queue.uri, str(e)))
+            self._events.emit(ev.HostUnhealthy())
+        for queue, error in self._handles.apply_host_health(healthy, self.options.configure_queue_timeout):
+            if error is None:
+                self._events.emit(ev.QueueResumed(queue.uri) if healthy else ev.QueueSuspended(queue.uri))
+            else:
+                self._events.emit((ev.QueueResumeFailed if healthy else ev.QueueSuspendFailed)(queue.uri, str(error)))
         if healthy:
-            self._emit(ev.HostHealthRestored())
+            self._events.emit(ev.HostHealthRestored())
 
     # ---- stopping ---------------------------------------------------------------------
     @property
@@ -770,11 +626,10 @@ class Session:
         for thread in self._recovery.threads:
             if thread.is_alive() and thread is not current:
                 thread.join(max(0.0, deadline - time.monotonic()))
-        self._emit(ev.Disconnected())
+        self._events.emit(ev.Disconnected())
         self._dispatcher.stop()
         if self._dispatcher.thread is not current:
             self._dispatcher.thread.join(max(0.0, deadline - time.monotonic()))
         self._stopped.set()
-        with self._events_ready:
-            self._events_ready.notify_all()  # next_event() waiters: no event can come any more
+        self._events.close()  # next_event() waiters: no event can come any more
         logger.info("session %d to %s stopped", self._id, self.broker)

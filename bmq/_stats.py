@@ -17,9 +17,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-from typing import Any, Deque, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional
 
 from ._types import ACK_STATUS_FROM_WIRE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._transport import Transport
 
 __all__ = ["QueueCounters", "QueueStats", "SessionStats", "LATENCY_WINDOW"]
 
@@ -125,6 +128,18 @@ class SessionStats:
     high_watermark_wait_s: float
     outbox_messages: int
     queues: Dict[str, QueueStats]
+
+    @classmethod
+    def of(cls, broker: str, state: str, connections: int, transport: Optional["Transport"], outbox_messages: int,
+           queues: Dict[str, QueueStats]) -> "SessionStats":
+        """The snapshot of a session whose current connection's transport is ``transport``
+        (None while disconnected: no traffic to report)."""
+        t = transport
+        return cls(broker=broker, state=state, connections=connections, reconnects=max(0, connections - 1),
+                   bytes_in=t.bytes_in if t else 0, bytes_out=t.bytes_out if t else 0,
+                   events_in=t.events_in if t else 0, writer_queue_bytes=t._queued if t else 0,
+                   high_watermark_wait_s=round(t.high_watermark_wait, 6) if t else 0.0,
+                   outbox_messages=outbox_messages, queues=queues)
 
     def as_dict(self) -> Dict[str, Any]:
         """A JSON-serialisable dict of everything."""

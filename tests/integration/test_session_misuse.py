@@ -17,14 +17,14 @@ pytestmark = pytest.mark.timeout(60)
 def record_close_requests(session: bmq.Session) -> list:
     """The closeQueue bodies the session sends from now on."""
     sent = []
-    call = session._call
+    call = session._handles._call
 
     def recording_call(body, *args, **kwargs):
         if "closeQueue" in body:
             sent.append(body["closeQueue"])
         return call(body, *args, **kwargs)
 
-    session._call = recording_call  # type: ignore[method-assign]
+    session._handles._call = recording_call
     return sent
 
 

@@ -1,0 +1,98 @@
+"""Deliveries: the consuming side of a session — PUSH events in, CONFIRM events out.
+
+The reader thread gives every PUSH event to :meth:`Deliveries.handle_push`, which routes each
+message by ``(qId, subscription id)`` to its :class:`~bmq.Queue` (its inbox, or its
+``on_message`` callback). :meth:`Deliveries.confirm` turns the messages an application confirms
+into as few CONFIRM events as the protocol allows and hands them to the writer. Confirms are
+never buffered: while disconnected they are dropped (logged) and the broker redelivers, as the
+official SDKs do.
+
+Thread-safety: ``handle_push`` runs on the reader thread and reads the registry's ``readers``
+without the lock on its hot path; ``confirm`` may be called from any thread.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Iterable, List, Optional
+
+from . import _codec
+from ._connection import Connection
+from ._registry import QueueRegistry
+from ._types import Message, QueueState
+from .exceptions import ConnectionLost, QueueStateError
+
+__all__ = ["Deliveries"]
+
+logger = logging.getLogger("bmq._session")  # the session's logger: one place to look
+
+# Confirms per CONFIRM event: far below the event size limit (24 bytes each), large enough
+# that a confirm_many of a whole batch costs a handful of writer hand-offs.
+_CONFIRM_CHUNK = 20000
+
+
+class Deliveries:
+    """PUSH routing and CONFIRM building of one session (see the module docstring).
+
+    Args:
+        owner: the session; messages of another session's queues are refused.
+        registry: the session's queues; ``lock`` guards it (and the confirm counters).
+        write_timeout: ``channel_write_timeout``: how long a confirm waits above the high watermark.
+    """
+
+    def __init__(self, owner: object, registry: QueueRegistry, lock: "threading.RLock",
+                 write_timeout: float) -> None:
+        self._owner = owner
+        self._registry = registry
+        self._lock = lock
+        self._write_timeout = write_timeout
+
+    def handle_push(self, event: bytes) -> None:
+        """Reader thread: deliver every message of a PUSH event to the queue it is for."""
+        readers = self._registry.readers
+        for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event):
+            for sid in sub_ids:
+                queue = readers.get((queue_id, sid))
+                if queue is None:
+                    with self._lock:
+                        queue = self._registry.sole_reader(queue_id)
+                    if queue is None:
+                        logger.warning("PUSH for unknown queue %d / subscription %d dropped", queue_id, sid)
+                        continue
+                queue._deliver(Message(payload, guid, queue, area, new_style))
+
+    def confirm(self, messages: Iterable[Message], conn: Optional[Connection]) -> None:
+        """CONFIRM ``messages`` on ``conn`` (None: not connected, they are dropped).
+
+        Raises:
+            QueueStateError: a queue is closed, or a message came from another session.
+            BandwidthLimitError: the connection stayed above its high watermark for ``write_timeout``.
+        """
+        items = []
+        runs: List[List[Any]] = []  # [queue counters, confirms]: messages mostly come queue by queue
+        for message in messages:
+            queue = message._queue
+            if queue._session is not self._owner:
+                raise QueueStateError(f"a message of {queue.uri} from another session cannot be confirmed here")
+            if queue.state == QueueState.CLOSED:
+                raise QueueStateError(f"{queue.uri} is closed: cannot confirm")
+            items.append((queue.queue_id, message.guid, queue.sub_id))
+            if runs and runs[-1][0] is queue._counters:
+                runs[-1][1] += 1
+            else:
+                runs.append([queue._counters, 1])
+        if not items:
+            return
+        if conn is None:
+            logger.info("not connected: %d confirm(s) dropped (the broker will redeliver)", len(items))
+            return
+        for start in range(0, len(items), _CONFIRM_CHUNK):
+            data = _codec.build_confirm_event(items[start:start + _CONFIRM_CHUNK])
+            try:
+                conn.transport.send(data, self._write_timeout)
+            except ConnectionLost:
+                logger.info("connection lost: confirms dropped (the broker will redeliver)")
+                return
+        with self._lock:  # confirms come from any thread: one lock per call keeps counts exact
+            for queue_counters, count in runs:
+                queue_counters.confirmed += count
