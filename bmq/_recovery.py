@@ -9,8 +9,13 @@ unacknowledged PUT with its GUID. Only then is the state restored (events ``Reco
 whose ACK did not come within ``ack_timeout`` (a thread of its own so that ACKs expire on time
 even while the supervisor blocks in a reconnect), and emits the periodic statistics report.
 
-Both threads act on the session they belong to (its lock, state, connection and units); a
-failure inside them stops the session rather than leaving callers waiting.
+:meth:`Recovery.connection_lost` is what the reader/writer threads call when the current
+connection dies: it fails what cannot wait, marks open queues PENDING and wakes the supervisor.
+
+Recovery works on the session's units, given to it (requests, registry, handles, PUT path,
+events), and on the session's state machine: its lock and condition, state, current connection,
+``_connect``/``_adopt`` and ``stop``. A failure inside its threads stops the session rather than
+leaving callers waiting.
 """
 from __future__ import annotations
 
@@ -20,12 +25,16 @@ import time
 from typing import TYPE_CHECKING, Callable, List, Tuple
 
 from . import events as ev
-from ._dispatch import fail_future
+from ._connection import Connection
+from ._dispatch import EventQueue, fail_future
+from ._handles import QueueHandles
+from ._puts import PendingPuts
 from ._queue import Queue
-from ._requests import Request
+from ._registry import QueueRegistry
+from ._requests import ControlRequests, Request
 from ._transport import Transport
 from ._types import AckStatus, QueueState, SessionState
-from .exceptions import ConnectionLost, Error, QueueStateError, TimeoutError
+from .exceptions import ConnectionError, ConnectionLost, Error, QueueStateError, TimeoutError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._session import Session
@@ -42,8 +51,14 @@ _stats_logger = logging.getLogger("bmq.stats")
 class Recovery:
     """The supervisor and ACK-timer threads of one session (see the module docstring)."""
 
-    def __init__(self, session: "Session") -> None:
+    def __init__(self, session: "Session", requests: ControlRequests, registry: QueueRegistry,
+                 handles: QueueHandles, puts: PendingPuts, events: EventQueue) -> None:
         self._session = session
+        self._requests = requests
+        self._registry = registry
+        self._handles = handles
+        self._puts = puts
+        self._events = events
         self._supervisor = threading.Thread(target=self._guarded, args=(self._supervise,),
                                             name=f"bmq-supervisor-{session._id}", daemon=True)
         self._ack_timer = threading.Thread(target=self._guarded, args=(self._expire_acks,),
@@ -56,6 +71,30 @@ class Recovery:
     def start(self) -> None:
         self._supervisor.start()
         self._ack_timer.start()
+
+    def connection_lost(self, conn: Connection, exc: BaseException) -> None:
+        """Reader/writer thread: ``conn`` died. If it was the current connection, unbuffered
+        requests fail, PUTs wait, open queues become PENDING and the supervisor wakes up."""
+        s = self._session
+        with s._lock:
+            if conn is not s._conn:
+                return
+            s._conn = None
+            self._puts.suspend()
+            if s._stopping():
+                return  # e.g. the broker closing after our Disconnect: nothing to report
+            lost = ConnectionLost(f"connection to {s.broker} lost: {exc}")
+            for request in self._requests.drop_unbuffered():
+                fail_future(request.future, lost)
+            for queue in self._registry:
+                if queue.state == QueueState.OPEN:
+                    queue.state = QueueState.PENDING
+            if s._state == SessionState.STARTED:
+                s._state = SessionState.RECONNECTING
+            s._wake.notify_all()
+        if not isinstance(exc, ConnectionError):
+            self._events.emit(ev.Error(f"bad data from the broker, connection dropped: {exc!r}"))
+        self._events.emit(ev.ConnectionLost(str(exc)))
 
     def _guarded(self, loop: Callable[[], None]) -> None:
         s = self._session
@@ -84,7 +123,7 @@ class Recovery:
                 if s._stopping():
                     return
                 s._wake.wait(_ACK_EXPIRY_TICK)
-            s._puts.expire()
+            self._puts.expire()
             if next_report is not None and time.monotonic() >= next_report:
                 next_report += interval  # type: ignore[operator]
                 self._report(s.stats())
@@ -103,7 +142,7 @@ class Recovery:
         while True:
             if not policy.enabled or (policy.max_attempts is not None and attempt >= policy.max_attempts):
                 logger.warning("giving up reconnecting to %s after %d attempt(s)", s.broker, attempt)
-                s._events.emit(ev.Error(f"could not reconnect to {s.broker}; session stopped"))
+                self._events.emit(ev.Error(f"could not reconnect to {s.broker}; session stopped"))
                 with s._lock:
                     if s._state == SessionState.RECONNECTING:
                         s._state = SessionState.STOPPING
@@ -129,12 +168,12 @@ class Recovery:
                     s._adopt(conn)
                 except ConnectionLost:
                     continue
-                to_reopen = [queue for queue in s._queues if queue.state == QueueState.PENDING]
+                to_reopen = [queue for queue in self._registry if queue.state == QueueState.PENDING]
                 # A configure buffered for a queue being reopened names a qId the new
                 # connection does not know yet: it goes after the reopen (so its options win).
-                buffered, deferred = s._requests.for_new_connection({id(queue) for queue in to_reopen})
+                buffered, deferred = self._requests.for_new_connection({id(queue) for queue in to_reopen})
             logger.warning("reconnected to %s", s.broker)
-            s._events.emit(ev.Reconnected())
+            self._events.emit(ev.Reconnected())
             transport = conn.transport
             assert transport is not None
             try:
@@ -143,12 +182,12 @@ class Recovery:
                 for queue in to_reopen:
                     self._reopen(queue)
                 self._resend_configures(deferred, transport)
-                s._puts.restore(transport, lambda: s._conn is conn)
+                self._puts.restore(transport, lambda: s._conn is conn)
             except (ConnectionLost, TimeoutError) as e:
                 logger.warning("connection lost again while restoring state: %s", e)
                 if isinstance(e, TimeoutError):
                     # The broker is slow, it sent no bad data: say so, then start over.
-                    s._events.emit(ev.Error(f"could not restore the session state after reconnecting to "
+                    self._events.emit(ev.Error(f"could not restore the session state after reconnecting to "
                                         f"{s.broker}: {e}; reconnecting again"))
                     e = ConnectionLost(f"reconnecting again: {e}")
                 with s._lock:
@@ -156,13 +195,13 @@ class Recovery:
                         # A timeout, not a failure: close() reports nothing, so run the
                         # failure path ourselves.
                         conn.close()
-                        s._on_connection_failure(conn, e)
+                        self.connection_lost(conn, e)
                 attempt = 0
                 continue
             with s._lock:
                 if s._conn is conn and s._state == SessionState.RECONNECTING:
                     s._state = SessionState.STARTED
-            s._events.emit(ev.StateRestored())
+            self._events.emit(ev.StateRestored())
             return
 
     def _resend_configures(self, deferred: List[Request], transport: Transport) -> None:
@@ -173,11 +212,11 @@ class Recovery:
             queue = request.queue
             assert queue is not None
             with s._lock:
-                if not s._requests.is_pending(request):
+                if not self._requests.is_pending(request):
                     continue  # its caller timed out meanwhile
                 reopened = queue.state == QueueState.OPEN
                 if not reopened:
-                    s._requests.discard(request)
+                    self._requests.discard(request)
             if reopened:
                 transport.send_control(request.data)
             else:
@@ -186,15 +225,15 @@ class Recovery:
     def _reopen(self, queue: Queue) -> None:
         s = self._session
         try:
-            s._handles.reopen(queue, s.options.open_queue_timeout, s.options.configure_queue_timeout)
+            self._handles.reopen(queue, s.options.open_queue_timeout, s.options.configure_queue_timeout)
         except (ConnectionLost, TimeoutError):
             raise
         except Error as e:
             logger.warning("reopening %s failed: %s", queue.uri, e)
             s._forget_queue(queue, AckStatus.UNKNOWN)
-            s._events.emit(ev.QueueReopenFailed(queue.uri, str(e)))
+            self._events.emit(ev.QueueReopenFailed(queue.uri, str(e)))
             return
         with s._lock:
             if queue.state == QueueState.PENDING:
                 queue.state = QueueState.OPEN
-        s._events.emit(ev.QueueReopened(queue.uri))
+        self._events.emit(ev.QueueReopened(queue.uri))

@@ -33,7 +33,6 @@ from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, QueueStat
 from ._uri import parse_uri
 from .exceptions import (
     BrokerError,
-    ConnectionError,
     ConnectionLost,
     Error,
     InvalidArgumentError,
@@ -119,7 +118,7 @@ class Session:
         self.outbox_recovered = sum(map(len, self._recovered.values()))
         """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
         GUID) when its queue is opened for writing."""
-        self._recovery = Recovery(self)
+        self._recovery = Recovery(self, self._requests, self._queues, self._handles, self._puts, self._events)
         self._connecting: Optional[Connection] = None
         try:
             conn = self._connect(options.connect_timeout)
@@ -154,7 +153,8 @@ class Session:
     def _connect(self, timeout: float) -> Connection:
         """Connect and negotiate a new connection (not yet adopted)."""
         conn = Connection(self._address, self.options.channel_high_watermark, f"{self._id}",
-                          self._puts.handle_acks, self._deliveries.handle_push, self._handle_control, self._on_connection_failure)
+                          self._puts.handle_acks, self._deliveries.handle_push, self._handle_control,
+                          self._recovery.connection_lost)
         with self._lock:
             self._check_running()
             self._connecting = conn  # so that stop() can abort a slow negotiation
@@ -177,28 +177,6 @@ class Session:
         if self.options.credential is not None:
             conn.keep_authenticated(self.options.credential, self.broker, self.options.connect_timeout,
                                     lambda exc: self._events.emit(ev.AuthenticationFailed(str(exc))))
-
-    def _on_connection_failure(self, conn: Connection, exc: BaseException) -> None:
-        """Reader/writer thread: the connection died."""
-        with self._lock:
-            if conn is not self._conn:
-                return
-            self._conn = None
-            self._puts.suspend()
-            if self._stopping():
-                return  # e.g. the broker closing after our Disconnect: nothing to report
-            lost = ConnectionLost(f"connection to {self.broker} lost: {exc}")
-            for request in self._requests.drop_unbuffered():
-                fail_future(request.future, lost)
-            for queue in self._queues:
-                if queue.state == QueueState.OPEN:
-                    queue.state = QueueState.PENDING
-            if self._state == SessionState.STARTED:
-                self._state = SessionState.RECONNECTING
-            self._wake.notify_all()
-        if not isinstance(exc, ConnectionError):
-            self._events.emit(ev.Error(f"bad data from the broker, connection dropped: {exc!r}"))
-        self._events.emit(ev.ConnectionLost(str(exc)))
 
     def _stopping(self) -> bool:
         return self._state in (SessionState.STOPPING, SessionState.STOPPED)

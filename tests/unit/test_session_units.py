@@ -1,0 +1,196 @@
+"""The session's units without a socket: QueueHandles (request sequences), Deliveries (PUSH in,
+CONFIRM out) and EventQueue, each driven through fakes of what it talks to."""
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any, Dict, List
+
+import pytest
+
+import bmq
+from bmq import _codec
+from bmq import events as ev
+from bmq._deliveries import Deliveries
+from bmq._dispatch import EventQueue
+from bmq._handles import QueueHandles
+from bmq._queue import Queue
+from bmq._registry import QueueRegistry
+from bmq._types import QueueState
+
+
+class FakeBroker:
+    """Answers the control requests QueueHandles sends; refuses the ones named in ``refuse``."""
+
+    def __init__(self, refuse: tuple = ()) -> None:
+        self.sent: List[Dict[str, Any]] = []
+        self.refuse = refuse
+
+    def call(self, body: Dict[str, Any], timeout: float, what: str, **kwargs: Any) -> Dict[str, Any]:
+        self.sent.append(body)
+        kind = next(iter(body))
+        if kind in self.refuse:
+            raise bmq.BrokerError(f"{what}: refused", "E_REFUSED", -1)
+        return {kind + "Response": {}}
+
+    def kinds(self) -> List[str]:
+        return [next(iter(body)) for body in self.sent]
+
+
+def _queue(registry: QueueRegistry, owner: Any, uri: str, *, read: bool = False, write: bool = False,
+           options: bmq.QueueOptions = bmq.QueueOptions(), on_message: Any = None) -> Queue:
+    parsed = bmq.parse_uri(uri)
+    queue_id, sub_id = registry.reserve(uri, parsed)
+    queue = Queue(owner, parsed, read=read, write=write, options=options, on_message=on_message,
+                  queue_id=queue_id, sub_id=sub_id)
+    registry.add(queue)
+    queue.state = QueueState.OPEN
+    return queue
+
+
+@pytest.fixture
+def registry() -> QueueRegistry:
+    return QueueRegistry()
+
+
+def test_opening_a_reader_configures_it_and_routes_its_subscriptions(registry):
+    broker = FakeBroker()
+    handles = QueueHandles(broker.call, threading.RLock(), registry)
+    options = bmq.QueueOptions(subscriptions=["x > 1", "y == 'a'"], max_unconfirmed_messages=7)
+    queue = _queue(registry, None, "bmq://bmq.test.mem.priority/q", read=True, options=options)
+    handles.open(queue, 5.0, buffered=True)
+    assert broker.kinds() == ["openQueue", "configureStream"]
+    params = broker.sent[1]["configureStream"]["streamParameters"]
+    sids = [s["sId"] for s in params["subscriptions"]]
+    assert [s["expression"]["text"] for s in params["subscriptions"]] == ["x > 1", "y == 'a'"]
+    assert params["subscriptions"][0]["consumers"][0]["maxUnconfirmedMessages"] == 7
+    assert queue.subscription_ids == sids
+    assert all(registry.readers[(queue.queue_id, sid)] is queue for sid in sids)
+
+
+def test_a_refused_configure_closes_the_opened_handle_and_routes_nothing(registry):
+    broker = FakeBroker(refuse=("configureStream",))
+    handles = QueueHandles(broker.call, threading.RLock(), registry)
+    queue = _queue(registry, None, "bmq://bmq.test.mem.priority/q", read=True)
+    with pytest.raises(bmq.BrokerError):
+        handles.open(queue, 5.0, buffered=True)
+    assert broker.kinds() == ["openQueue", "configureStream", "closeQueue"]
+    assert broker.sent[2]["closeQueue"]["isFinal"] is True
+    assert registry.readers == {}
+
+
+def test_closing_one_handle_of_a_shared_qid_is_not_final(registry):
+    broker = FakeBroker()
+    handles = QueueHandles(broker.call, threading.RLock(), registry)
+    writer = _queue(registry, None, "bmq://bmq.test.mem.fanout/q", write=True)
+    reader = _queue(registry, None, "bmq://bmq.test.mem.fanout/q?id=foo", read=True)
+    handles.open(reader, 5.0, buffered=True)
+    broker.sent.clear()
+    handles.close(reader, 5.0)
+    # The reader is deconfigured (no subscription) before its non-final close.
+    assert broker.kinds() == ["configureStream", "closeQueue"]
+    assert broker.sent[0]["configureStream"]["streamParameters"]["subscriptions"] == []
+    assert broker.sent[1]["closeQueue"]["isFinal"] is False
+    registry.forget(reader)
+    assert handles.close_request(writer)["closeQueue"]["isFinal"] is True
+
+
+def test_bad_host_health_suspends_only_queues_that_asked_and_resumes_them(registry):
+    broker = FakeBroker()
+    handles = QueueHandles(broker.call, threading.RLock(), registry)
+    suspending = bmq.QueueOptions(suspends_on_bad_host_health=True)
+    reader = _queue(registry, None, "bmq://bmq.test.mem.priority/r", read=True, options=suspending)
+    writer = _queue(registry, None, "bmq://bmq.test.mem.priority/w", write=True, options=suspending)
+    _queue(registry, None, "bmq://bmq.test.mem.priority/other", read=True)
+    outcomes = handles.apply_host_health(False, 5.0)
+    assert {q.uri for q, error in outcomes if error is None} == {reader.uri, writer.uri}
+    assert reader.suspended and writer.suspended and reader.subscription_ids == []
+    assert broker.kinds() == ["configureStream"]  # only the reader is deconfigured
+    # A queue opened while unhealthy opens suspended (an empty configure).
+    late = _queue(registry, None, "bmq://bmq.test.mem.priority/late", read=True, options=suspending)
+    handles.open(late, 5.0, buffered=True)
+    assert late.suspended and late.subscription_ids == []
+    outcomes = handles.apply_host_health(True, 5.0)
+    assert {q.uri for q, _ in outcomes} == {reader.uri, writer.uri, late.uri}
+    assert not any(q.suspended for q, _ in outcomes) and len(reader.subscription_ids) == 1
+
+
+def test_a_push_reaches_its_subscription_and_one_for_an_unknown_queue_is_dropped(registry, caplog):
+    delivered: List[bmq.Message] = []
+    owner = SimpleNamespace(_dispatch=lambda fn, *args: fn(*args))
+    handles = QueueHandles(FakeBroker().call, threading.RLock(), registry)
+    pulled = _queue(registry, owner, "bmq://bmq.test.mem.priority/a", read=True)
+    pushed = _queue(registry, owner, "bmq://bmq.test.mem.priority/b", read=True, on_message=delivered.append)
+    handles.open(pulled, 5.0, buffered=True)
+    handles.open(pushed, 5.0, buffered=True)
+    deliveries = Deliveries(owner, registry, threading.RLock(), 5.0)
+    guids = [bytes([i]) * 16 for i in range(3)]
+    events = _codec.build_push_events([
+        (pulled.queue_id, guids[0], [pulled.subscription_ids[0]], b"one", 0, 0, 0),
+        (pushed.queue_id, guids[1], [pushed.subscription_ids[0]], b"two", 0, 0, 0),
+        (pushed.queue_id, guids[2], [999], b"three", 0, 0, 0),  # an unknown sId on a sole reader's qId
+        (77, guids[2], [999], b"lost", 0, 0, 0),
+    ])
+    for event in events:
+        deliveries.handle_push(event)
+    message = pulled.get(timeout=0)
+    assert (message.data, message.guid) == (b"one", guids[0])
+    # An older broker may name no known subscription: the only reader of that qId takes it.
+    assert [m.data for m in delivered] == [b"two", b"three"]
+    assert pushed._counters.pushed == 2 and pulled._counters.pushed == 1
+    assert "PUSH for unknown queue 77 / subscription 999 dropped" in caplog.text
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.events: List[bytes] = []
+
+    def send(self, data: bytes, timeout: float) -> None:
+        self.events.append(bytes(data))
+
+
+def test_confirms_go_out_in_chunks_and_are_counted_per_queue(registry, monkeypatch):
+    import bmq._deliveries as deliveries_module
+    monkeypatch.setattr(deliveries_module, "_CONFIRM_CHUNK", 4)
+    owner = SimpleNamespace()
+    a = _queue(registry, owner, "bmq://bmq.test.mem.priority/a", read=True)
+    b = _queue(registry, owner, "bmq://bmq.test.mem.priority/b?id=x", read=True)
+    messages = [bmq.Message(b"m", bytes([i]) * 16, a if i < 6 else b, None, False) for i in range(9)]
+    conn = SimpleNamespace(transport=_Transport())
+    Deliveries(owner, registry, threading.RLock(), 5.0).confirm(messages, conn)
+    confirmed = [record for event in conn.transport.events for record in _codec.iter_confirms(event)]
+    assert len(conn.transport.events) == 3
+    assert confirmed == [(m._queue.queue_id, m.guid, m._queue.sub_id) for m in messages]
+    assert (a._counters.confirmed, b._counters.confirmed) == (6, 3)
+
+
+def test_confirms_are_refused_for_another_sessions_or_a_closed_queue_and_dropped_offline(registry):
+    owner = SimpleNamespace()
+    deliveries = Deliveries(owner, registry, threading.RLock(), 5.0)
+    ours = _queue(registry, owner, "bmq://bmq.test.mem.priority/a", read=True)
+    theirs = _queue(QueueRegistry(), SimpleNamespace(), "bmq://bmq.test.mem.priority/a", read=True)
+    with pytest.raises(bmq.QueueStateError, match="another session"):
+        deliveries.confirm([bmq.Message(b"m", b"g" * 16, theirs, None, False)], SimpleNamespace(transport=_Transport()))
+    deliveries.confirm([bmq.Message(b"m", b"g" * 16, ours, None, False)], None)  # offline: dropped, not counted
+    assert ours._counters.confirmed == 0
+    ours.state = QueueState.CLOSED
+    with pytest.raises(bmq.QueueStateError, match="closed"):
+        deliveries.confirm([bmq.Message(b"m", b"g" * 16, ours, None, False)], None)
+
+
+def test_events_are_kept_in_order_given_to_on_event_and_closing_wakes_waiters():
+    seen: List[ev.SessionEvent] = []
+    dispatcher = SimpleNamespace(submit=lambda fn, *args: fn(*args))
+    events = EventQueue(dispatcher, seen.append, backlog=2)  # type: ignore[arg-type]
+    for event in (ev.Connected(), ev.ConnectionLost("x"), ev.Reconnected()):
+        events.emit(event)
+    assert [type(e) for e in seen] == [ev.Connected, ev.ConnectionLost, ev.Reconnected]
+    # The backlog keeps the newest two.
+    assert isinstance(events.next(0), ev.ConnectionLost) and isinstance(events.next(0), ev.Reconnected)
+    assert events.next(0) is None and not events.closed
+    woke = threading.Event()
+    waiter = threading.Thread(target=lambda: (events.next(None), woke.set()))
+    waiter.start()
+    events.close()
+    assert woke.wait(5) and events.closed
+    waiter.join(5)
