@@ -164,9 +164,11 @@ def _split(total: int, parts: int) -> List[int]:
 
 def run_bmq(broker: str, uri: str, *, size: int, count: int, producers: int = 1, consumers: int = 1,
             batch: int = 1000, timeout: float = 120.0,
-            progress: Optional[Callable[[int], None]] = None, options: Any = None) -> BenchResult:
+            progress: Optional[Callable[[int], None]] = None, options: Any = None,
+            final_stats: Optional[List[Any]] = None) -> BenchResult:
     """Run the workload through bmq's client; one Session per producer and per consumer
-    (with ``options``, a ``bmq.SessionOptions``, e.g. a credential)."""
+    (with ``options``, a ``bmq.SessionOptions``, e.g. a credential). ``final_stats``: a list
+    that gets each session's last :meth:`bmq.Session.stats`, producers first."""
     import bmq
 
     result = BenchResult("bmq", count, size, producers, consumers)
@@ -214,6 +216,8 @@ def run_bmq(broker: str, uri: str, *, size: int, count: int, producers: int = 1,
                         _count(in_flight[: 4 * batch])
                         del in_flight[: 4 * batch]
                 _count(in_flight)
+                if final_stats is not None:
+                    final_stats.append(session.stats())
 
         def _count(futures) -> None:
             wait(futures, timeout=timeout)
@@ -233,6 +237,8 @@ def run_bmq(broker: str, uri: str, *, size: int, count: int, producers: int = 1,
         consumers_.raise_if_failed()
     finally:
         for session in sessions:
+            if final_stats is not None and session.is_running:
+                final_stats.append(session.stats())
             session.stop()
     return _finish(result, collector, post_end, not finished)
 

@@ -19,6 +19,7 @@ from typing import Any, Iterable, List, Optional
 from . import _codec
 from ._connection import Connection
 from ._registry import QueueRegistry
+from ._telemetry import Telemetry
 from ._types import Message, QueueState
 from .exceptions import ConnectionLost, QueueStateError
 
@@ -38,18 +39,21 @@ class Deliveries:
         owner: the session; messages of another session's queues are refused.
         registry: the session's queues; ``lock`` guards it (and the confirm counters).
         write_timeout: ``channel_write_timeout``: how long a confirm waits above the high watermark.
+        telemetry: starts a consumer span per delivery and ends it at the confirm, or None.
     """
 
     def __init__(self, owner: object, registry: QueueRegistry, lock: "threading.RLock",
-                 write_timeout: float) -> None:
+                 write_timeout: float, telemetry: Optional[Telemetry] = None) -> None:
         self._owner = owner
         self._registry = registry
         self._lock = lock
         self._write_timeout = write_timeout
+        self._telemetry = telemetry
 
     def handle_push(self, event: bytes) -> None:
         """Reader thread: deliver every message of a PUSH event to the queue it is for."""
         readers = self._registry.readers
+        telemetry = self._telemetry
         for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event):
             for sid in sub_ids:
                 queue = readers.get((queue_id, sid))
@@ -59,7 +63,10 @@ class Deliveries:
                     if queue is None:
                         logger.warning("PUSH for unknown queue %d / subscription %d dropped", queue_id, sid)
                         continue
-                queue._deliver(Message(payload, guid, queue, area, new_style))
+                message = Message(payload, guid, queue, area, new_style)
+                if telemetry is not None:
+                    telemetry.delivered(message, queue._on_message is None)
+                queue._deliver(message)
 
     def confirm(self, messages: Iterable[Message], conn: Optional[Connection]) -> None:
         """CONFIRM ``messages`` on ``conn`` (None: not connected, they are dropped).
@@ -68,6 +75,8 @@ class Deliveries:
             QueueStateError: a queue is closed, or a message came from another session.
             BandwidthLimitError: the connection stayed above its high watermark for ``write_timeout``.
         """
+        if self._telemetry is not None:
+            messages = list(messages)  # read twice: confirmed, then their spans ended
         items = []
         runs: List[List[Any]] = []  # [queue counters, confirms]: messages mostly come queue by queue
         for message in messages:
@@ -96,3 +105,5 @@ class Deliveries:
         with self._lock:  # confirms come from any thread: one lock per call keeps counts exact
             for queue_counters, count in runs:
                 queue_counters.confirmed += count
+        if self._telemetry is not None:
+            self._telemetry.confirmed(messages)  # type: ignore[arg-type]

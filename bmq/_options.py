@@ -192,6 +192,11 @@ class SessionOptions:
             logged at INFO by the ``bmq.stats`` logger, and the snapshot given to ``on_stats``;
             None (the default) reports nothing.
         on_stats: called with each periodic :class:`bmq.SessionStats` on the dispatcher thread.
+        opentelemetry: trace every post (a PRODUCER span until its ACK, its context in a
+            ``traceparent`` property) and every delivered message (a CONSUMER span until its
+            confirm, continuing the producer's trace), and count them through the OpenTelemetry
+            meter, with the application's providers; needs ``pip install 'bmq[otel]'``. See
+            docs/observability.md.
         outbox_fsync: when the outbox forces its writes to disk: ``"batch"`` (default: once
             per post/post_many call, before it is sent, so an acknowledged-or-recoverable
             message survives a machine crash), ``"always"`` (also every ACK removal) or
@@ -222,6 +227,7 @@ class SessionOptions:
     credential: Union[Credential, Callable[[], Credential], None] = dataclasses.field(default=None, repr=False)
     stats_interval: Optional[float] = None
     on_stats: Optional[Callable[["SessionStats"], None]] = None
+    opentelemetry: bool = False
 
     def __post_init__(self) -> None:
         for name in (

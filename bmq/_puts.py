@@ -31,6 +31,7 @@ from .exceptions import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._options import SessionOptions
+    from ._telemetry import SendTrace
     from ._outbox import Outbox
     from ._queue import Queue
     from ._transport import Transport
@@ -88,10 +89,11 @@ class Batch:
     """
 
     __slots__ = ("queue", "payloads", "properties", "new_style", "compression", "deadline", "on_ack", "futures",
-                 "acks", "index", "remaining", "finished")
+                 "acks", "index", "remaining", "finished", "trace")
 
     def __init__(self, queue: "Queue", keys: List[bytes], payloads: List[Any], properties: Sequence[Optional[bytes]],
-                 new_style: bool, compression: int, deadline: float, on_ack: OnAck, asynchronous: bool) -> None:
+                 new_style: bool, compression: int, deadline: float, on_ack: OnAck, asynchronous: bool,
+                 trace: Optional["SendTrace"] = None) -> None:
         count = len(keys)
         self.queue = queue
         self.payloads = payloads
@@ -106,6 +108,7 @@ class Batch:
         self.index = dict(zip(keys, range(count)))
         self.remaining = count
         self.finished: Optional[threading.Event] = None if asynchronous else threading.Event()
+        self.trace = trace  # the OpenTelemetry span of the post call, ended with its last answer
 
     def wait(self, timeout: float) -> List[Ack]:
         """The acks of a blocking batch, in order.
@@ -154,7 +157,7 @@ class PendingPuts:
     # ---- posting ----------------------------------------------------------------------
     def post(self, queue: "Queue", payloads: Sequence[Any], properties: Any, property_types: Any,
              guids: Optional[bytes], generator: Any, new_style: bool, compression: int, on_ack: OnAck,
-             asynchronous: bool, single: bool = False) -> Batch:
+             asynchronous: bool, single: bool = False, trace: Optional["SendTrace"] = None) -> Batch:
         """Build the PUT events of one post call in the calling thread, write them to the
         outbox (if any), then :meth:`track_and_send` them.
 
@@ -166,6 +169,7 @@ class PendingPuts:
             compression: the compression algorithm's wire value.
             asynchronous: one future per message, else the caller waits on the batch.
             single: name the payload ``data`` (post) rather than ``payloads[i]`` in errors.
+            trace: the OpenTelemetry span of this call (ended with its last answer), or None.
 
         Raises:
             ArgumentTypeError, InvalidArgumentError, PropertyError: bad payloads, properties or
@@ -189,7 +193,7 @@ class PendingPuts:
                 for i, (payload, props) in enumerate(zip(payloads, per_message))
             ])
         return self.track_and_send(queue, guids, payloads, per_message, new_style, compression, events, on_ack,
-                                   asynchronous, caller_guids)
+                                   asynchronous, caller_guids, trace)
 
     def resend_recovered(self, queue: "Queue", entries: List[OutboxRecord]) -> None:
         """Send what a previous process left unacknowledged in the outbox for ``queue``, with the
@@ -218,6 +222,7 @@ class PendingPuts:
         on_ack: OnAck,
         asynchronous: bool,
         caller_guids: bool = False,
+        trace: Optional["SendTrace"] = None,
     ) -> Batch:
         """Record built PUT events, then hand them to the writer unless reconnecting.
 
@@ -234,7 +239,7 @@ class PendingPuts:
         data = events[0] if len(events) == 1 else b"".join(events)
         keys = [guids[i:i + 16] for i in range(0, 16 * count, 16)]
         batch = Batch(queue, keys, payloads, properties, new_style, compression,
-                      time.monotonic() + self._options.ack_timeout, on_ack, asynchronous)
+                      time.monotonic() + self._options.ack_timeout, on_ack, asynchronous, trace)
         size = sum(map(len, payloads))
         if caller_guids and len(batch.index) != count:
             raise InvalidArgumentError("the same GUID appears twice in one post")
@@ -315,6 +320,8 @@ class PendingPuts:
                 batch.finished.set()  # type: ignore[union-attr]
             if batch.on_ack is not None:
                 submit(batch.on_ack, ack)
+            if batch.trace is not None and not batch.remaining:
+                batch.trace.end(batch.acks)
 
     def handle_acks(self, event: bytes) -> None:
         """Reader thread: settle the messages of an ACK event."""

@@ -27,6 +27,7 @@ from ._queue import Queue
 from ._recovery import Recovery
 from ._registry import QueueRegistry
 from ._stats import SessionStats
+from ._telemetry import Telemetry
 from ._requests import ControlRequests, Request
 from ._transport import parse_broker_address
 from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, QueueState, SessionState
@@ -86,6 +87,8 @@ class Session:
         self.options = options = options or SessionOptions()
         self.broker = broker
         self._address = parse_broker_address(broker)
+        # Off: the hot paths test this for None and nothing of OpenTelemetry is imported.
+        self._telemetry = Telemetry(*self._address) if options.opentelemetry else None
         self._id = next(_session_ids)
         self._guids = _codec.GuidGenerator(self._id)
         self._lock = threading.RLock()
@@ -114,7 +117,7 @@ class Session:
         )
         self._events = EventQueue(self._dispatcher, on_event or options.on_event, _EVENT_BACKLOG)
         self._handles = QueueHandles(self._call, self._lock, self._queues)
-        self._deliveries = Deliveries(self, self._queues, self._lock, options.channel_write_timeout)
+        self._deliveries = Deliveries(self, self._queues, self._lock, options.channel_write_timeout, self._telemetry)
         self.outbox_recovered = sum(map(len, self._recovered.values()))
         """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
         GUID) when its queue is opened for writing."""
@@ -292,6 +295,8 @@ class Session:
         if on_message is not None and not read:
             raise InvalidArgumentError("on_message needs read=True")
         timeout = self.options.open_queue_timeout if timeout is None else timeout
+        if on_message is not None and self._telemetry is not None:
+            on_message = self._telemetry.wrap_on_message(on_message)
         with self._lock:
             self._check_running()
             queue_id, sub_id = self._queues.reserve(uri, parsed)
@@ -457,12 +462,20 @@ class Session:
         if queue.suspended:
             raise QueueStateError(f"{queue.uri} is suspended (host unhealthy)")
         algorithm = self.options.compression if compression is None else _compression(compression)
+        trace = None
+        if self._telemetry is not None:
+            trace, properties = self._telemetry.start_send(queue.uri, payloads, properties)
         try:
             # _new_style read once: a reconnect may change the broker's features meanwhile.
             return self._puts.post(queue, payloads, properties, property_types, guids, self._guids, self._new_style,
-                                   cast(CompressionAlgorithmType, algorithm).value, on_ack, asynchronous, single)
+                                   cast(CompressionAlgorithmType, algorithm).value, on_ack, asynchronous, single,
+                                   trace)
         except OutboxError:
             self._check_running()  # stop() closed the outbox under us: say so
+            raise
+        except BaseException as e:
+            if trace is not None:
+                trace.end((), e)
             raise
 
     def _resend_recovered(self, queue: Queue) -> None:

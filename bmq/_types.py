@@ -144,7 +144,9 @@ class Message:
     Thread-safety: safe to read from any thread; :meth:`confirm` may be called from any thread.
     """
 
-    __slots__ = ("data", "guid", "queue_uri", "_area", "_new_style", "_decoded", "_queue")
+    # _trace: the OpenTelemetry consumer span, set only when the session traces (read with getattr).
+    __slots__ = ("data", "guid", "queue_uri", "_area", "_new_style", "_decoded", "_queue", "_trace")
+    _trace: Any
 
     def __init__(
         self,

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from concurrent.futures import wait
-from typing import IO, TYPE_CHECKING, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     import bmq
@@ -332,11 +332,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"bmq bench: {args.count:,} messages of {args.size} B, {args.producers} producer(s), "
               f"{args.consumers} consumer(s), via {where}", file=sys.stderr)
         progress = Progress("bmq      ", args.count)
+        final_stats: Optional[List[Any]] = [] if args.stats else None
         results.append(_bench.run_bmq(address, args.uri, size=args.size, count=args.count,
                                       producers=args.producers, consumers=args.consumers,
                                       batch=args.batch, timeout=args.timeout, progress=progress.advance,
-                                      options=session_options(args)))
+                                      options=session_options(args), final_stats=final_stats))
         progress.close()
+        for stats in final_stats or ():
+            print(stats.table(), file=sys.stderr)
         if args.official:
             try:
                 import blazingmq  # noqa: F401
@@ -413,9 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
                              help=f"authenticate with MECHANISM (e.g. BASIC); the secret is read from "
                                   f"${AUTH_DATA_VARIABLE}")
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        if name != "bench":  # bench prints its own figures for every session it runs
-            command.add_argument("--stats", action="store_true",
-                                 help="print the session's final statistics on stderr")
+        command.add_argument("--stats", action="store_true",
+                             help="print the final statistics of every bmq session on stderr")
         return command
 
     from .broker import cli as broker_cli

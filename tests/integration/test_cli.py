@@ -71,9 +71,9 @@ def test_raw_output_is_the_exact_payload(broker, tmp_path):
     assert consumed.stdout == source.read_bytes()
 
 
-def test_bench_writes_json_with_documented_keys(tmp_path):
+def test_bench_writes_json_with_documented_keys_and_each_sessions_stats(tmp_path):
     out = tmp_path / "bench.json"
-    result = run_cli("bench", "--count", "2000", "--size", "64", "--json", str(out))
+    result = run_cli("bench", "--count", "2000", "--size", "64", "--json", str(out), "--stats")
     assert result.returncode == 0, result.stderr.decode()
     report = json.loads(out.read_text())
     (bmq_side,) = report["results"]
@@ -84,6 +84,10 @@ def test_bench_writes_json_with_documented_keys(tmp_path):
     assert bmq_side["latency_us"]["p50"] <= bmq_side["latency_us"]["p99"]
     assert {"python", "platform", "cpus"} <= set(report["machine"])
     assert b"e2e msg/s" in result.stdout
+    # --stats: the producer's session, then the consumer's (posted/acked; pushed/confirmed).
+    producer, consumer = [line.split() for line in result.stderr.decode().splitlines()
+                          if line.startswith("bmq://bmq.test.mem.priority/bmq-cli")]
+    assert producer[1:3] == ["2,000", "2,000"] and consumer[5:7] == ["2,000", "2,000"]
 
 
 def test_bad_uri_is_a_one_line_error_with_exit_code_2(broker):

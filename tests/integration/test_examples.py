@@ -38,3 +38,12 @@ def test_examples_accept_an_existing_broker():
     with Broker() as broker:
         assert len(load("producer").main(broker.address)) == 12
         assert len(load("consumer").main(broker.address, idle_timeout=0.5)) == 12
+
+
+def test_tracing_example_prints_one_trace_from_the_post_to_the_consumers_work(capsys):
+    pytest.importorskip("opentelemetry.sdk", reason="opentelemetry-sdk (the test extra) is not installed")
+    spans = load("tracing").main()
+    assert len({span.context.trace_id for span in spans}) == 1
+    tree = [line.split(" [")[0] for line in capsys.readouterr().out.splitlines()]
+    uri = "bmq://bmq.test.mem.priority/traced-orders"
+    assert tree == ["checkout", f"  send {uri}", f"    process {uri}", "      apply order"]
