@@ -98,7 +98,7 @@ class Deliveries:
         for start in range(0, len(items), _CONFIRM_CHUNK):
             data = _codec.build_confirm_event(items[start:start + _CONFIRM_CHUNK])
             try:
-                conn.transport.send(data, self._write_timeout)
+                conn.transport.send(data, self._write_timeout, coalesce=True)
             except ConnectionLost:
                 logger.info("connection lost: confirms dropped (the broker will redeliver)")
                 return

@@ -262,7 +262,7 @@ class PendingPuts:
             transport = self._transport if queue.state == QueueState.OPEN else None
         if transport is not None:
             try:
-                transport.send(data, self._options.channel_write_timeout)
+                transport.send(data, self._options.channel_write_timeout, asynchronous)
             except BandwidthLimitError:
                 self._unrecord(keys)
                 raise

@@ -27,6 +27,10 @@ _RECV_SIZE = 1 << 20
 _COALESCE_BYTES = 256 * 1024
 _IDLE_POLL = 0.5
 _DONTWAIT = getattr(socket, "MSG_DONTWAIT", None)
+# A coalescing send within this many seconds of the previous direct write goes to the writer
+# thread: a stream of post_async() calls or confirms becomes few socket writes (one syscall costs
+# more than building a small PUT), while the first of a burst is still written at once.
+_BURST = 0.0002
 _HEARTBEAT_REQ_TYPE = _codec.EVENT_HEARTBEAT_REQ
 _HEARTBEAT_RSP_TYPE = _codec.EVENT_HEARTBEAT_RSP
 _counter = itertools.count(1)
@@ -93,6 +97,7 @@ class Transport:
         self._queue: Deque[bytes] = collections.deque()
         self._queued = 0  # bytes queued or being written by the writer thread
         self._writing = False  # a thread is inside a socket write: the others queue
+        self._last_direct = 0.0  # time.monotonic() after the last write from a sending thread
         self._closed = False
         # Traffic counters (bmq.Session.stats): bytes_out and high_watermark_wait under the lock,
         # the others by the reader thread alone.
@@ -141,12 +146,15 @@ class Transport:
         self._heartbeat_interval = interval if max_missed > 0 and interval > 0 else None
 
     # ---- writing ------------------------------------------------------------------
-    def send(self, data: bytes, timeout: float) -> None:
+    def send(self, data: bytes, timeout: float, coalesce: bool = False) -> None:
         """Queue ``data`` for the socket, waiting while the queue is above the high watermark.
 
         Args:
             data: one or more whole events.
             timeout: seconds to wait for room.
+            coalesce: nobody waits for this very write (an asynchronous post, a confirm): right
+                after another write it goes to the writer thread, to share a socket write with
+                what follows. Otherwise it is written from this thread when nothing is queued.
 
         Raises:
             BandwidthLimitError: still no room after ``timeout``; nothing was queued.
@@ -165,7 +173,8 @@ class Transport:
                     waited = time.monotonic()
                     self._has_room.wait(remaining)
                     self.high_watermark_wait += time.monotonic() - waited
-            if self._queue or self._writing or self._closed or _DONTWAIT is None:
+            if (self._queue or self._writing or self._closed or _DONTWAIT is None
+                    or (coalesce and time.monotonic() - self._last_direct < _BURST)):
                 self._enqueue(data)
                 return
             # Nothing queued and nobody writing: write from this thread, sparing a hand-off
@@ -182,6 +191,7 @@ class Transport:
             raise ConnectionLost(f"write to {self.address[0]}:{self.address[1]} failed: {e}") from e
         with self._lock:
             self._writing = False
+            self._last_direct = time.monotonic()
             self.bytes_out += sent
             if sent < size and not self._closed:
                 self._queue.appendleft(data[sent:] if sent else data)

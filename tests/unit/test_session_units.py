@@ -145,7 +145,7 @@ class _Transport:
     def __init__(self) -> None:
         self.events: List[bytes] = []
 
-    def send(self, data: bytes, timeout: float) -> None:
+    def send(self, data: bytes, timeout: float, coalesce: bool = False) -> None:
         self.events.append(bytes(data))
 
 
