@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List,
 from ._protocol import queue_flags
 from ._stats import QueueCounters
 from ._options import QueueOptions
-from ._types import Ack, CompressionAlgorithmType, Message, PropertyType, QueueState
+from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, PropertyType, QueueState
 from ._uri import QueueUri
 from .exceptions import ArgumentTypeError, PostError, QueueStateError
 
@@ -29,7 +29,7 @@ OnMessage = Callable[[Message], None]
 
 def raise_for_failures(acks: Sequence[Ack]) -> None:
     """Raise PostError carrying every non-SUCCESS ack, if any."""
-    failed = [ack for ack in acks if ack.status.value != 0]
+    failed = [ack for ack in acks if ack.status is not AckStatus.SUCCESS]
     if failed:
         statuses = sorted({ack.status.name for ack in failed})
         raise PostError(f"{len(failed)} of {len(acks)} message(s) not acknowledged: {', '.join(statuses)}", failed)
