@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterable, List, Optional
+from typing import Any, Iterable, List, Optional, Tuple
 
 from . import _codec
 from ._connection import Connection
+from ._queue import Queue
 from ._registry import QueueRegistry
 from ._telemetry import Telemetry
 from ._types import Message, QueueState
@@ -54,19 +55,28 @@ class Deliveries:
         """Reader thread: deliver every message of a PUSH event to the queue it is for."""
         readers = self._registry.readers
         telemetry = self._telemetry
+        # Consecutive messages for one queue are handed over together (one call, one count).
+        queue: Optional[Queue] = None
+        run: List[Message] = []
         for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event):
             for sid in sub_ids:
-                queue = readers.get((queue_id, sid))
-                if queue is None:
+                target = readers.get((queue_id, sid))
+                if target is None:
                     with self._lock:
-                        queue = self._registry.sole_reader(queue_id)
-                    if queue is None:
+                        target = self._registry.sole_reader(queue_id)
+                    if target is None:
                         logger.warning("PUSH for unknown queue %d / subscription %d dropped", queue_id, sid)
                         continue
-                message = Message(payload, guid, queue, area, new_style)
+                if target is not queue:
+                    if run:
+                        queue._deliver(run)  # type: ignore[union-attr]
+                    queue, run = target, []
+                message = Message(payload, guid, target, area, new_style)
                 if telemetry is not None:
-                    telemetry.delivered(message, queue._on_message is None)
-                queue._deliver(message)
+                    telemetry.delivered(message, target._on_message is None)
+                run.append(message)
+        if run:
+            queue._deliver(run)  # type: ignore[union-attr]
 
     def confirm(self, messages: Iterable[Message], conn: Optional[Connection]) -> None:
         """CONFIRM ``messages`` on ``conn`` (None: not connected, they are dropped).
@@ -77,19 +87,25 @@ class Deliveries:
         """
         if self._telemetry is not None:
             messages = list(messages)  # read twice: confirmed, then their spans ended
-        items = []
-        runs: List[List[Any]] = []  # [queue counters, confirms]: messages mostly come queue by queue
+        items: List[Tuple[int, bytes, int]] = []
+        # Messages mostly come queue by queue: each queue is checked (and counted) once per run.
+        runs: List[List[Any]] = []  # [queue counters, confirms]
+        last = None
+        queue_id = sub_id = 0
         for message in messages:
             queue = message._queue
-            if queue._session is not self._owner:
-                raise QueueStateError(f"a message of {queue.uri} from another session cannot be confirmed here")
-            if queue.state == QueueState.CLOSED:
-                raise QueueStateError(f"{queue.uri} is closed: cannot confirm")
-            items.append((queue.queue_id, message.guid, queue.sub_id))
-            if runs and runs[-1][0] is queue._counters:
-                runs[-1][1] += 1
-            else:
-                runs.append([queue._counters, 1])
+            if queue is not last:
+                if queue._session is not self._owner:
+                    raise QueueStateError(f"a message of {queue.uri} from another session cannot be confirmed here")
+                if queue.state == QueueState.CLOSED:
+                    raise QueueStateError(f"{queue.uri} is closed: cannot confirm")
+                if runs:
+                    runs[-1][1] = len(items) - runs[-1][1]
+                runs.append([queue._counters, len(items)])  # the run's start, then its length
+                queue_id, sub_id, last = queue.queue_id, queue.sub_id, queue
+            items.append((queue_id, message.guid, sub_id))
+        if runs:
+            runs[-1][1] = len(items) - runs[-1][1]
         if not items:
             return
         if conn is None:

@@ -297,12 +297,17 @@ class Queue:
         Args:
             timeout: seconds of silence that end the iteration; None never ends it by time.
         """
+        # get() inlined: this loop runs once per message.
+        if not self.read or self._on_message is not None:
+            raise QueueStateError(f"{self.uri}: messages() needs a queue opened with read=True and no on_message")
+        inbox = self._inbox
         while self.state != QueueState.CLOSED:
             try:
-                message = self.get(timeout)
-            except QueueStateError:
+                message = inbox.get(timeout=timeout)
+            except _stdqueue.Empty:
                 return
-            if message is None:
+            if message is _CLOSED_SENTINEL:
+                inbox.put(message)  # wake every other getter too
                 return
             yield message
 
@@ -313,13 +318,17 @@ class Queue:
     def _confirm(self, messages: Sequence[Message]) -> None:
         self._session.confirm_many(messages)
 
-    def _deliver(self, message: Message) -> None:
-        """Reader thread: hand a message to get() or to the on_message callback."""
-        self._counters.pushed += 1
+    def _deliver(self, messages: List[Message]) -> None:
+        """Reader thread: hand messages to get() or to the on_message callback, in order."""
+        self._counters.pushed += len(messages)
         if self._on_message is None:
-            self._inbox.put(message)
+            put = self._inbox.put
+            for message in messages:
+                put(message)
         else:
-            self._session._dispatch(self._on_message, message)
+            dispatch, on_message = self._session._dispatch, self._on_message
+            for message in messages:
+                dispatch(on_message, message)
 
     def _mark_closed(self) -> None:
         self.state = QueueState.CLOSED

@@ -144,9 +144,12 @@ class Message:
     Thread-safety: safe to read from any thread; :meth:`confirm` may be called from any thread.
     """
 
-    # _trace: the OpenTelemetry consumer span, set only when the session traces (read with getattr).
-    __slots__ = ("data", "guid", "queue_uri", "_area", "_new_style", "_decoded", "_queue", "_trace")
+    # Made once per delivered message, so only what every message needs is set here; _decoded
+    # (the properties) and _trace (the OpenTelemetry consumer span, when the session traces)
+    # are set when first needed and read with getattr.
+    __slots__ = ("data", "guid", "_area", "_new_style", "_decoded", "_queue", "_trace")
     _trace: Any
+    _decoded: Dict[str, Tuple[int, Any]]
 
     def __init__(
         self,
@@ -158,16 +161,21 @@ class Message:
     ) -> None:
         self.data = data
         self.guid = guid
-        self.queue_uri = queue.uri
         self._area = properties_area
         self._new_style = new_style
-        self._decoded: Optional[Dict[str, Tuple[int, Any]]] = None
         self._queue = queue
 
+    @property
+    def queue_uri(self) -> str:
+        """The URI of the queue the message was received on."""
+        return self._queue.uri
+
     def _typed(self) -> Dict[str, Tuple[int, Any]]:
-        if self._decoded is None:
-            self._decoded = {} if self._area is None else _codec.decode_properties(self._area, self._new_style)
-        return self._decoded
+        decoded: Optional[Dict[str, Tuple[int, Any]]] = getattr(self, "_decoded", None)
+        if decoded is None:
+            decoded = {} if self._area is None else _codec.decode_properties(self._area, self._new_style)
+            self._decoded = decoded
+        return decoded
 
     @property
     def properties(self) -> Dict[str, Any]:
