@@ -93,6 +93,9 @@ class Transport:
         self._sock: Optional[socket.socket] = None
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
+        # The writer thread waits on _not_empty: only then is a notify needed (Condition.notify
+        # is Python code, and a stream of posts would pay it per message).
+        self._writer_waiting = False
         self._has_room = threading.Condition(self._lock)
         self._queue: Deque[bytes] = collections.deque()
         self._queued = 0  # bytes queued or being written by the writer thread
@@ -196,7 +199,7 @@ class Transport:
             if sent < size and not self._closed:
                 self._queue.appendleft(data[sent:] if sent else data)
                 self._queued += size - sent
-            if self._queue:
+            if self._queue and self._writer_waiting:
                 self._not_empty.notify()
 
     def send_control(self, data: bytes) -> None:
@@ -213,14 +216,17 @@ class Transport:
             raise ConnectionLost(f"connection to {self.address[0]}:{self.address[1]} is closed")
         self._queue.append(data)
         self._queued += len(data)
-        self._not_empty.notify()
+        if self._writer_waiting:
+            self._not_empty.notify()
 
     def _write_loop(self) -> None:
         queue = self._queue
         while True:
             with self._lock:
                 while (not queue or self._writing) and not self._closed:
+                    self._writer_waiting = True
                     self._not_empty.wait()
+                    self._writer_waiting = False
                 if self._closed:
                     return
                 self._writing = True
