@@ -108,7 +108,12 @@ class Batch:
         self.acks: List[Optional[Ack]] = [None] * count
         self.index = dict(zip(keys, range(count)))
         self.remaining = count
-        self.finished: Optional[threading.Event] = None if asynchronous else threading.Event()
+        # A blocking caller's latch: a lock taken now and released by whoever settles the last
+        # message (an Event costs a Condition and more per post).
+        self.finished: Optional["threading.Lock"] = None
+        if not asynchronous:
+            self.finished = threading.Lock()
+            self.finished.acquire()
         self.trace = trace  # the OpenTelemetry span of the post call, ended with its last answer
 
     def wait(self, timeout: float) -> List[Ack]:
@@ -118,7 +123,7 @@ class Batch:
             TimeoutError: not all of them within ``timeout``.
         """
         assert self.finished is not None
-        if not self.finished.wait(timeout):
+        if not self.finished.acquire(timeout=max(0.0, timeout)):
             raise TimeoutError(f"{self.remaining} message(s) not acknowledged within {timeout:g} s")
         return self.acks  # type: ignore[return-value]
 
@@ -318,7 +323,7 @@ class PendingPuts:
             if batch.futures is not None:
                 resolve_future(batch.futures[i], ack)
             elif not batch.remaining:
-                batch.finished.set()  # type: ignore[union-attr]
+                batch.finished.release()  # type: ignore[union-attr]
             if batch.on_ack is not None:
                 submit(batch.on_ack, ack)
             if batch.trace is not None and not batch.remaining:
