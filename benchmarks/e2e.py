@@ -22,7 +22,8 @@ Consumers drain a queue filled beforehand (by bmq); the clock runs from opening 
 the last confirm. Each figure has the client's CPU seconds per message (this process) and the
 broker's (its process), so that where the time goes is visible.
 
-Usage: ``python benchmarks/e2e.py [--bmqbrkr | --broker ADDR] [--patterns p1,p2] [--json FILE]``.
+Usage: ``python benchmarks/e2e.py [--bmqbrkr | --broker ADDR] [--patterns p1,p2] [--repeat N] [--json FILE]``;
+with ``--repeat N`` every figure is the median of N runs, the two clients alternating.
 By default the embedded broker runs in its own process; ``--bmqbrkr`` starts the real broker
 from ``../shared/bmqbrkr`` (what production runs). Goals (issue 11, against bmqbrkr): every
 pattern >= 2x the official SDK; blocking post p50 and p99 <= 0.5x.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import queue as stdqueue
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -316,6 +318,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument("--messages", type=int, default=20000, help="messages per throughput pattern")
     parser.add_argument("--posts", type=int, default=4000, help="blocking posts per post pattern")
     parser.add_argument("--patterns", default=",".join([*PRODUCE, *CONSUME]), help="comma-separated patterns")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run each pattern this many times, the two clients alternating, and report "
+                             "medians (a shared machine's noise exceeds most differences)")
     args = parser.parse_args(argv)
     if blazingmq is None:
         parser.error("the official SDK is needed for the comparison: pip install blazingmq")
@@ -330,25 +335,30 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     else:
         broker = BrokerProcess()
     results: Dict[str, Any] = {"broker": broker.name, "payload_bytes": len(PAYLOAD), "messages": args.messages,
-                               "posts": args.posts}
+                               "posts": args.posts, "repeat": args.repeat}
     rows = []
     try:
         for pattern in patterns:
-            figures = {}
-            if pattern in PRODUCE:
-                ours, theirs, size = PRODUCE[pattern]
-                count = getattr(args, size)
-                for name, run in (("bmq", ours), ("official", theirs)):
-                    figures[name] = measure(broker, lambda run=run: run(broker.address, count), count)
-            else:
-                ours, theirs = CONSUME[pattern]
-                count = args.messages
-                for name, run in (("bmq", ours), ("official", theirs)):
-                    if run is None:
-                        continue
-                    uri = fresh_uri(f"{name}-{pattern}")
-                    fill_queue(broker.address, uri, count, PAYLOAD, BATCH)
-                    figures[name] = measure(broker, lambda run=run, uri=uri: run(broker.address, uri, count), count)
+            runs: Dict[str, List[Dict[str, float]]] = {}
+            for _ in range(args.repeat):
+                if pattern in PRODUCE:
+                    ours, theirs, size = PRODUCE[pattern]
+                    count = getattr(args, size)
+                    for name, run in (("bmq", ours), ("official", theirs)):
+                        runs.setdefault(name, []).append(
+                            measure(broker, lambda run=run: run(broker.address, count), count))
+                else:
+                    ours, theirs = CONSUME[pattern]
+                    count = args.messages
+                    for name, run in (("bmq", ours), ("official", theirs)):
+                        if run is None:
+                            continue
+                        uri = fresh_uri(f"{name}-{pattern}")
+                        fill_queue(broker.address, uri, count, PAYLOAD, BATCH)
+                        runs.setdefault(name, []).append(
+                            measure(broker, lambda run=run, uri=uri: run(broker.address, uri, count), count))
+            figures = {name: {key: statistics.median(r[key] for r in measured) for key in measured[0]}
+                       for name, measured in runs.items()}
             for name, values in figures.items():
                 results.update({f"{name}_{pattern}_{key}": value for key, value in values.items()})
             official = figures.get("official")
