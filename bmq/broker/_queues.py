@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Final, Iterable, List, NamedTuple, Optional, OrderedDict, Tuple
+from typing import Any, Callable, Deque, Dict, Final, Iterable, List, NamedTuple, Optional, Tuple
 
 from .. import _codec, _uri
 from .._protocol import ACK_LIMIT_BYTES, ACK_LIMIT_MESSAGES, ACK_SUCCESS, DEFAULT_APP_ID
@@ -238,10 +238,10 @@ class _App:
 
     def __init__(self, app_id: str) -> None:
         self.app_id = app_id
-        # Delivery takes from the front: an OrderedDict pops its first item in O(1), where a
-        # dict would rescan every slot freed at its front (quadratic over a backlog).
-        self.pending: OrderedDict[bytes, Record] = collections.OrderedDict()  # not delivered yet, in arrival order
-        self.redelivery: OrderedDict[bytes, Record] = collections.OrderedDict()  # delivered, consumer went away
+        # Deques, in arrival order: delivery takes from the front (a dict would rescan every slot
+        # freed at its front, quadratic over a backlog) and storing a message hashes nothing.
+        self.pending: Deque[Record] = collections.deque()  # not delivered yet
+        self.redelivery: Deque[Record] = collections.deque()  # delivered, consumer went away
         self.outstanding: Dict[bytes, Consumer] = {}  # delivered, not confirmed
         self.consumers: List[Consumer] = []
         self.rr = 0
@@ -304,16 +304,22 @@ class Queue:
         retransmission) is ACKed SUCCESS again and not stored twice.
         """
         guid = message[_GUID]
-        if guid in self._dedup:
+        dedup = self._dedup
+        known = len(dedup)
+        expiry = now + self._dedup_seconds
+        dedup.setdefault(guid, expiry)  # one lookup to test and remember
+        if len(dedup) == known:
             return ACK_SUCCESS
         size = len(message[_APP_DATA])
         if not self._broadcasting:
+            status = ACK_SUCCESS
             if len(self.messages) >= self.domain.max_messages:
-                return ACK_LIMIT_MESSAGES
-            if self.bytes + size > self.domain.max_bytes:
-                return ACK_LIMIT_BYTES
-        expiry = now + self._dedup_seconds
-        self._dedup[guid] = expiry
+                status = ACK_LIMIT_MESSAGES
+            elif self.bytes + size > self.domain.max_bytes:
+                status = ACK_LIMIT_BYTES
+            if status:
+                del dedup[guid]  # refused: a retransmission may still be stored
+                return status
         self._dedup_order.append((expiry, guid))
         if self._broadcasting:
             self._broadcast(message)
@@ -322,13 +328,13 @@ class Queue:
         self.bytes += size
         app = self._single_app
         if app is not None:
-            app.pending[guid] = message
+            app.pending.append(message)
             if app.consumers:
                 self._dispatch(app)
             return ACK_SUCCESS
         self._refs[guid] = len(self.apps)
         for app in self.apps.values():
-            app.pending[guid] = message
+            app.pending.append(message)
             if app.consumers:
                 self._dispatch(app)
         return ACK_SUCCESS
@@ -351,10 +357,10 @@ class Queue:
         app = self.apps.get(app_id)
         if app is None:
             raise KeyError(f"queue {self.uri} has no appId {app_id!r}")
-        held = {guid: self.messages[guid] for guid in app.outstanding}
-        held.update(app.redelivery)
-        held.update(app.pending)
-        return [StoredMessage(*m) for m in sorted(held.values(), key=_arrival_order(self.messages))]
+        held = [self.messages[guid] for guid in app.outstanding]
+        held += app.redelivery
+        held += app.pending
+        return [StoredMessage(*m) for m in sorted(held, key=_arrival_order(self.messages))]
 
     # ---- consumers -------------------------------------------------------------------
     def app(self, app_id: str) -> Optional[_App]:
@@ -375,19 +381,17 @@ class Queue:
         """A reader stream went away: its unconfirmed messages go back for redelivery."""
         app = self.apps[stream.app_id]
         app.set_consumers([c for c in app.consumers if c.stream is not stream])
-        returned: Dict[bytes, Record] = {}
+        returned: List[Record] = []
         for consumer in stream.consumers + stream.retired:
             for guid, message in consumer.unconfirmed.items():
                 del app.outstanding[guid]
-                returned[guid] = message
+                returned.append(message)
             consumer.unconfirmed.clear()
             consumer.unconfirmed_bytes = 0
         stream.consumers = []
         stream.retired = []
         if returned and self.domain.mode != "broadcast":
-            order = _arrival_order(self.messages)
-            app.redelivery = collections.OrderedDict(
-                sorted({**app.redelivery, **returned}.items(), key=lambda item: order(item[1])))
+            app.redelivery = collections.deque(sorted([*app.redelivery, *returned], key=_arrival_order(self.messages)))
         self._dispatch(app)
 
     def confirm(self, stream: SubStream, guids: Iterable[bytes]) -> List[bytes]:
@@ -441,7 +445,8 @@ class Queue:
                         break
                 else:
                     break  # every top-priority consumer is full: nothing else can go
-                guid, message = source.popitem(last=False)
+                message = source.popleft()
+                guid = message[_GUID]
                 consumer.unconfirmed[guid] = message
                 consumer.unconfirmed_bytes += len(message[_APP_DATA])
                 outstanding[guid] = consumer
@@ -455,20 +460,23 @@ class Queue:
         """:meth:`_dispatch` when some consumer has a subscription expression."""
         out: Dict[Any, List[tuple]] = {}
         for source, flags in ((app.redelivery, _codec.PUSH_OUT_OF_ORDER), (app.pending, 0)):
-            delivered = []
-            for guid, message in source.items():
+            delivered = set()
+            for message in source:
                 if not any(c.has_capacity() for c in app.consumers):
                     break  # spares evaluating expressions over a whole backlog per PUT
                 consumer = self._choose(app, message)
                 if consumer is None:
                     continue  # no consumer with capacity wants it: later messages may still go
-                delivered.append(guid)
+                guid = message[_GUID]
+                delivered.add(guid)
                 consumer.unconfirmed[guid] = message
                 consumer.unconfirmed_bytes += len(message[_APP_DATA])
                 app.outstanding[guid] = consumer
                 _add_push(out, consumer, message, flags)
-            for guid in delivered:
-                del source[guid]
+            if delivered:
+                kept = [message for message in source if message[_GUID] not in delivered]
+                source.clear()
+                source.extend(kept)
         for session, specs in out.items():
             self._send_pushes(session, specs)
 
