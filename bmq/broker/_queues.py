@@ -234,7 +234,7 @@ class _App:
     Thread-safety: guarded by the broker lock.
     """
 
-    __slots__ = ("app_id", "pending", "redelivery", "outstanding", "consumers", "rr", "simple")
+    __slots__ = ("app_id", "pending", "redelivery", "outstanding", "consumers", "rr", "simple", "top")
 
     def __init__(self, app_id: str) -> None:
         self.app_id = app_id
@@ -246,10 +246,12 @@ class _App:
         self.consumers: List[Consumer] = []
         self.rr = 0
         self.simple = True  # every consumer takes every message (no subscription expression)
+        self.top = INVALID_PRIORITY  # the highest consumerPriority among the consumers
 
     def set_consumers(self, consumers: List[Consumer]) -> None:
         self.consumers = consumers
         self.simple = all(c.expression.matches_all for c in consumers)
+        self.top = max((c.priority for c in consumers), default=INVALID_PRIORITY)
 
     def held(self) -> int:
         return len(self.pending) + len(self.redelivery) + len(self.outstanding)
@@ -298,10 +300,11 @@ class Queue:
                 del dedup[old]
 
     def put(self, message: Record, now: float) -> int:
-        """Store and route a PUT message unless it is a duplicate; the ACK status it gets.
+        """Store a PUT message unless it is a duplicate; the ACK status it gets.
 
-        Call :meth:`expire_dedup` first (once per batch of PUTs is enough). A duplicate (a
-        retransmission) is ACKed SUCCESS again and not stored twice.
+        Call :meth:`expire_dedup` first and :meth:`deliver` after (once per batch of PUTs is
+        enough for both). A duplicate (a retransmission) is ACKed SUCCESS again and not
+        stored twice; a broadcast message goes to the consumers present right away.
         """
         guid = message[_GUID]
         dedup = self._dedup
@@ -329,15 +332,16 @@ class Queue:
         app = self._single_app
         if app is not None:
             app.pending.append(message)
-            if app.consumers:
-                self._dispatch(app)
             return ACK_SUCCESS
         self._refs[guid] = len(self.apps)
         for app in self.apps.values():
             app.pending.append(message)
-            if app.consumers:
-                self._dispatch(app)
         return ACK_SUCCESS
+
+    def deliver(self) -> None:
+        """Deliver what :meth:`put` stored, within flow control and priorities."""
+        for app in self.apps.values():
+            self._dispatch(app)
 
     def _release(self, guid: bytes) -> None:
         if self._single_app is None:
@@ -431,7 +435,7 @@ class Queue:
         # Every consumer takes every message: deliver from the front, round robin over the
         # top-priority consumers with capacity, until they are all full.
         out: Dict[Any, List[tuple]] = {}
-        top = max(c.priority for c in consumers)
+        top = app.top
         count = len(consumers)
         outstanding = app.outstanding
         for source, flags in ((app.redelivery, _codec.PUSH_OUT_OF_ORDER), (app.pending, 0)):

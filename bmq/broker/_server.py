@@ -754,6 +754,8 @@ class Broker:
         queue = None
         for flags, q_id, guid, crc, compression, schema_id, _options, app_data in messages:
             if q_id != last_q_id:  # the handle, once per run of one queue's messages
+                if queue is not None:
+                    queue.deliver()
                 last_q_id = q_id
                 handle = handles.get(q_id)
                 queue = handle.queue if handle is not None and handle.write_count > 0 else None
@@ -782,6 +784,8 @@ class Broker:
                     status = queue.put((guid, app_data, flags & _PROPERTIES, compression, schema_id), now)
             if status or wants_ack:
                 append_ack((status, correlation_id, guid, q_id))
+        if queue is not None:
+            queue.deliver()
 
     def _flush_acks(self, session: ClientSession) -> None:
         acks = session.pending_acks
