@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Final, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Final, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 from .. import _codec, _uri
 from .._protocol import ACK_LIMIT_BYTES, ACK_LIMIT_MESSAGES, ACK_SUCCESS, DEFAULT_APP_ID
@@ -268,36 +268,35 @@ class Queue:
         self.domain_name = domain_name
         self.domain = domain
         self._send_pushes = send_pushes
-        self.messages: Dict[bytes, Record] = {}
+        # Storage and de-duplication in one table, in arrival order: the GUID of a held message
+        # maps to its record, a GUID no longer held but still inside its dedup window to None.
+        # One lookup per PUT answers "duplicate?" and stores the message.
+        self._table: Dict[bytes, Optional[Record]] = {}
+        self._dedup_order: Deque[Tuple[float, bytes]] = collections.deque()  # (window end, guid)
+        self._overdue: Set[bytes] = set()  # held GUIDs whose window ended: forgotten on release
         self._refs: Dict[bytes, int] = {}  # fan-out only: guid -> number of apps still holding it
-        self.bytes = 0
+        self.held = 0  # messages held
+        self.bytes = 0  # their application data
         self.apps: Dict[str, _App] = {
             app_id: _App(app_id) for app_id in (domain.app_ids or (DEFAULT_APP_ID,))
         }
         self._single_app = None if domain.app_ids else self.apps[DEFAULT_APP_ID]
         self._broadcasting = domain.mode == "broadcast"
         self._dedup_seconds = domain.deduplication_time_ms / 1000.0
-        # guid -> end of its dedup window; a held message stays in it past that end, so that one
-        # lookup answers "held or accepted within the window".
-        self._dedup: Dict[bytes, float] = {}
         self._values: Dict[bytes, Dict[str, Any]] = {}  # guid -> {name: value}, for expressions
-        self._dedup_order: Deque[Tuple[float, bytes]] = collections.deque()
 
     # ---- storage ---------------------------------------------------------------------
     def expire_dedup(self, now: float) -> None:
-        """Forget the GUIDs whose dedup window ended by ``now`` (held messages excepted)."""
+        """Forget the GUIDs whose dedup window ended by ``now``; a message still held stays a
+        duplicate until it is released."""
         order = self._dedup_order
-        dedup = self._dedup
+        table = self._table
         while order and order[0][0] <= now:
             _, old = order.popleft()
-            expiry = dedup.get(old)
-            if expiry is None or expiry > now:
-                continue  # accepted again since: a later entry of the order covers it
-            if old in self.messages:  # still held: a duplicate until it is gone, look again later
-                expiry = dedup[old] = now + self._dedup_seconds
-                order.append((expiry, old))
+            if table[old] is None:
+                del table[old]
             else:
-                del dedup[old]
+                self._overdue.add(old)
 
     def put(self, message: Record, now: float) -> int:
         """Store a PUT message unless it is a duplicate; the ACK status it gets.
@@ -307,27 +306,28 @@ class Queue:
         stored twice; a broadcast message goes to the consumers present right away.
         """
         guid = message[_GUID]
-        dedup = self._dedup
-        known = len(dedup)
-        expiry = now + self._dedup_seconds
-        dedup.setdefault(guid, expiry)  # one lookup to test and remember
-        if len(dedup) == known:
+        table = self._table
+        known = len(table)
+        table.setdefault(guid, message)  # one lookup to test and store
+        if len(table) == known:
             return ACK_SUCCESS
         size = len(message[_APP_DATA])
-        if not self._broadcasting:
+        if self._broadcasting:
+            table[guid] = None  # remembered, not held
+        else:
             status = ACK_SUCCESS
-            if len(self.messages) >= self.domain.max_messages:
+            if self.held >= self.domain.max_messages:
                 status = ACK_LIMIT_MESSAGES
             elif self.bytes + size > self.domain.max_bytes:
                 status = ACK_LIMIT_BYTES
             if status:
-                del dedup[guid]  # refused: a retransmission may still be stored
+                del table[guid]  # refused: a retransmission may still be stored
                 return status
-        self._dedup_order.append((expiry, guid))
+        self._dedup_order.append((now + self._dedup_seconds, guid))
         if self._broadcasting:
             self._broadcast(message)
             return ACK_SUCCESS
-        self.messages[guid] = message
+        self.held += 1
         self.bytes += size
         app = self._single_app
         if app is not None:
@@ -343,7 +343,9 @@ class Queue:
         for app in self.apps.values():
             self._dispatch(app)
 
-    def _release(self, guid: bytes) -> None:
+    def _release(self, message: Record) -> None:
+        """One app is done with ``message``; the last one frees it."""
+        guid = message[_GUID]
         if self._single_app is None:
             remaining = self._refs[guid] - 1
             if remaining:
@@ -352,19 +354,25 @@ class Queue:
             del self._refs[guid]
         if self._values:
             self._values.pop(guid, None)
-        self.bytes -= len(self.messages.pop(guid)[_APP_DATA])
+        self.held -= 1
+        self.bytes -= len(message[_APP_DATA])
+        if self._overdue and guid in self._overdue:
+            self._overdue.discard(guid)
+            del self._table[guid]
+        else:
+            self._table[guid] = None  # a duplicate until its dedup window ends
 
     def held_messages(self, app_id: Optional[str]) -> List[StoredMessage]:
         """Messages held for ``app_id`` (all held messages when None), oldest first."""
         if app_id is None:
-            return [StoredMessage(*m) for m in self.messages.values()]
+            return [StoredMessage(*m) for m in self._table.values() if m is not None]
         app = self.apps.get(app_id)
         if app is None:
             raise KeyError(f"queue {self.uri} has no appId {app_id!r}")
-        held = [self.messages[guid] for guid in app.outstanding]
+        held = [c.unconfirmed[guid] for guid, c in app.outstanding.items()]
         held += app.redelivery
         held += app.pending
-        return [StoredMessage(*m) for m in sorted(held, key=_arrival_order(self.messages))]
+        return [StoredMessage(*m) for m in sorted(held, key=_arrival_order(self._table))]
 
     # ---- consumers -------------------------------------------------------------------
     def app(self, app_id: str) -> Optional[_App]:
@@ -395,7 +403,7 @@ class Queue:
         stream.consumers = []
         stream.retired = []
         if returned and self.domain.mode != "broadcast":
-            app.redelivery = collections.deque(sorted([*app.redelivery, *returned], key=_arrival_order(self.messages)))
+            app.redelivery = collections.deque(sorted([*app.redelivery, *returned], key=_arrival_order(self._table)))
         self._dispatch(app)
 
     def confirm(self, stream: SubStream, guids: Iterable[bytes]) -> List[bytes]:
@@ -416,10 +424,11 @@ class Queue:
                 unknown.append(guid)
                 continue
             unconfirmed = consumer.unconfirmed
-            consumer.unconfirmed_bytes -= len(unconfirmed.pop(guid)[_APP_DATA])
+            message = unconfirmed.pop(guid)
+            consumer.unconfirmed_bytes -= len(message[_APP_DATA])
             if not unconfirmed and consumer in stream.retired:
                 stream.retired.remove(consumer)
-            release(guid)
+            release(message)
         self._dispatch(app)
         return unknown
 
@@ -490,7 +499,7 @@ class Queue:
         values = self._values.get(guid)
         if values is None:
             values = {name: value for name, (_, value) in StoredMessage(*message).properties.items()}
-            if guid in self.messages:
+            if self._table.get(guid) is not None:  # held: worth keeping
                 self._values[guid] = values
         return values
 
@@ -534,7 +543,7 @@ def _add_push(out: Dict[Any, List[tuple]], consumer: Consumer, message: Record, 
     specs.append((handle.q_id, guid, consumer.sub_ids, app_data, message_flags | flags, compression, schema_wire_id))
 
 
-def _arrival_order(messages: Dict[bytes, Record]) -> Callable[[Record], int]:
+def _arrival_order(messages: Dict[bytes, Any]) -> Callable[[Record], int]:
     """Sort key putting messages in the order the queue received them."""
     index = {guid: i for i, guid in enumerate(messages)}
     return lambda message: index.get(message[_GUID], len(index))

@@ -281,21 +281,27 @@ def test_dedup_window_expires(broker: Broker, monkeypatch: pytest.MonkeyPatch) -
     assert c.pushes(1)[0][1] == guid
 
 
-def test_message_held_past_its_dedup_window_is_still_a_duplicate(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_message_held_past_its_dedup_window_is_a_duplicate_until_confirmed(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
     from bmq.broker import _server
 
     now = [1000.0]
     monkeypatch.setattr(_server, "_clock", lambda: now[0])
     uri = "bmq://short.dedup/q"
-    with RawClient(broker.port) as c:
-        c.open(uri, 0, write=True)
-        guid = c.put_ids(1)
-        c.put(0, [b"m"], guids=guid)
-        c.acks(1)
-        now[0] += 1.0  # far past the 1 ms window, but nobody consumed it
-        c.put(0, [b"m"], guids=guid)
-        assert c.acks(1)[0][0] == 0
-        assert [m.guid for m in broker.queue_messages(uri)] == [guid]
+    c = writer_reader(broker, uri)
+    guid = c.put_ids(1)
+    c.put(0, [b"m"], guids=guid)
+    c.acks(1)
+    assert c.pushes(1)[0][1] == guid  # delivered, not confirmed: still held
+    now[0] += 1.0  # far past the 1 ms window
+    c.put(0, [b"m"], guids=guid)
+    assert c.acks(1)[0][0] == 0
+    assert c.expect_silence(_codec.EVENT_PUSH, 0.2)
+    assert [m.guid for m in broker.queue_messages(uri)] == [guid]
+    c.confirm(0, [guid])
+    assert broker.wait_for(lambda: not broker.queue_messages(uri), 5)
+    c.put(0, [b"m"], guids=guid)  # released after its window: a new message
+    assert c.acks(1)[0][0] == 0
+    assert c.pushes(1)[0][1] == guid
 
 
 def test_nacked_put_is_not_remembered_as_a_duplicate(broker: Broker) -> None:
