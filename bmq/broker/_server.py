@@ -359,6 +359,7 @@ class Broker:
         self._flush_acks(session)
 
     def _handle_event(self, session: ClientSession, event: bytes) -> None:
+        """Handle one event that is not part of a PUT/CONFIRM run (see :meth:`_handle_events`)."""
         try:
             _, event_type, _, _ = _codec.unpack_event_header(event)
         except ProtocolError as exc:
@@ -380,9 +381,7 @@ class Broker:
             return
         if session.disconnected:
             return
-        if event_type == _codec.EVENT_PUT or event_type == _codec.EVENT_CONFIRM:
-            self._on_data(session, [event])
-        elif event_type == _codec.EVENT_CONTROL:
+        if event_type == _codec.EVENT_CONTROL:
             self._flush_acks(session)  # a close/disconnect answer must not overtake ACKs
             self._on_control(session, event)
         else:
