@@ -4,13 +4,17 @@ Threads (all daemon, named ``bmq-broker-*``):
 
 * ``bmq-broker-accept``: accepts connections and starts a session for each.
 * per client ``bmq-broker-read-N`` reads and handles events (negotiation, control, PUT,
-  CONFIRM, heartbeats) and ``bmq-broker-write-N`` drains that client's outgoing queue into
-  its socket, so a slow client never blocks the others.
+  CONFIRM, heartbeats) and ``bmq-broker-write-N`` writes what that client's socket did not
+  take at once (see :meth:`ClientSession.send`), so a slow client never blocks the others.
 * ``bmq-broker-timer``: heartbeat monitor and delayed sends (fault injection).
 
 Connection I/O lives in :mod:`bmq.broker._connection`, routing in :mod:`bmq.broker._queues`.
 All queue and routing state lives under one lock (``Broker._lock``); readers hold it only
-while they update state and enqueue the resulting PUSH bytes, never while doing socket I/O.
+while they update state and hand the resulting PUSH bytes to the sessions, which never
+blocks (at most a non-blocking write).
+
+A reader handles what one ``recv`` brought as a whole: consecutive PUT and CONFIRM events
+under one hold of the lock with one PUSH event per consumer, then one ACK event.
 """
 from __future__ import annotations
 
