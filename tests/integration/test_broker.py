@@ -3,6 +3,7 @@ routing, flow control, de-duplication, limits and input validation."""
 from __future__ import annotations
 
 import socket
+import threading
 
 import pytest
 
@@ -404,6 +405,29 @@ def test_consumer_that_reads_late_gets_every_push_in_order(broker: Broker) -> No
         pushes = reader.pushes(count)
     assert [p[1] for p in pushes] == guids
     assert all(p[6] == payload for p in pushes)
+
+
+def test_bytes_sent_from_many_threads_at_once_arrive_whole_and_in_each_threads_order(broker: Broker) -> None:
+    threads, per_thread = 4, 500
+    with RawClient(broker.port, timeout=30) as client:
+        [info] = broker.clients()
+
+        def send(thread: int) -> None:
+            for seq in range(per_thread):
+                # One frame per send: an event of a made-up type whose 4-byte body names its sender.
+                body = (thread << 16 | seq).to_bytes(4, "big")
+                broker.faults.send_raw(info.id, _codec.pack_event_header(42, 12) + body)
+
+        senders = [threading.Thread(target=send, args=(n,)) for n in range(threads)]
+        for sender in senders:
+            sender.start()
+        for sender in senders:
+            sender.join(30)
+        seen = {n: [] for n in range(threads)}
+        for _ in range(threads * per_thread):
+            tag = int.from_bytes(client.next_event(42)[8:12], "big")
+            seen[tag >> 16].append(tag & 0xFFFF)
+    assert all(sequence == list(range(per_thread)) for sequence in seen.values())
 
 
 def test_flow_control_by_bytes(broker: Broker) -> None:
