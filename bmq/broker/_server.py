@@ -699,8 +699,9 @@ class Broker:
         """
         debug = logger.isEnabledFor(logging.DEBUG)
         confirms: List[tuple] = []
+        batch: Dict[ClientSession, List[tuple]] = {}
         with self._lock:
-            self._push_batch = batch = {}
+            self._push_batch = batch
             try:
                 for event in events:
                     if debug:
