@@ -3,7 +3,7 @@
 The broker runs in its own process (``python -m bmq.broker``) so that producer and broker do
 not share a GIL, as in any real deployment. Producers measured:
 
-* ``raw``: bmq's codec on a bare socket (PUT events of ``--batch`` messages, a bounded window
+* ``raw``: bmq's codec on a bare socket (PUT events of 512 messages, a bounded window
   of unacknowledged messages), the cheapest possible client: the broker's own ceiling.
 * ``official``: the official BlazingMQ SDK (``blazingmq``, C++ inside), ``post`` with an
   ``on_ack`` callback per message.
@@ -26,10 +26,10 @@ Usage: ``python benchmarks/broker.py [--json FILE] [--messages N] [--producers r
 """
 from __future__ import annotations
 
+import statistics
 import sys
 import threading
 import time
-import statistics
 from typing import Callable, Dict, List, Optional, Tuple
 
 from bmq import _codec
