@@ -1,8 +1,9 @@
 """One client connection (reader and writer threads) and the broker's timer thread.
 
-The reader hands every complete event to the broker (``Broker._handle_event``) and, after
-each ``recv``, lets it flush the ACKs of that chunk; the writer drains a queue of outgoing
-byte strings into the socket, so a client that does not read slows down only itself.
+The reader hands the complete events of each ``recv`` to the broker (``Broker._handle_events``,
+which also sends the ACKs of that chunk). Outgoing bytes go straight into the socket when
+nothing is queued before them and the socket takes them without blocking; otherwise into a
+queue that the writer thread drains, so a client that does not read slows down only itself.
 
 Thread-safety: see each class.
 """
@@ -121,7 +122,13 @@ class ClientSession:
         self._frames = _codec.FrameReader(broker.max_event_size)
         self._out: collections.deque = collections.deque()
         self._out_bytes = 0
-        self._cond = threading.Condition()
+        # A plain lock entered directly ("with self._lock") on the hot path; the condition on it
+        # wakes the writer and senders waiting below the high watermark.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        # Some thread is writing to the socket (the writer, or a sender writing directly):
+        # nobody else may write until it is done, so that bytes keep their order.
+        self._writing = False
         self._closing = False
         self._withheld: List[bytes] = []
         self._reading = threading.Event()
@@ -151,33 +158,58 @@ class ClientSession:
 
     # ---- output ----------------------------------------------------------------------
     def send(self, data: bytes, block: bool = False) -> bool:
-        """Queue ``data`` for the writer; False if the session is closing.
+        """Send ``data`` in order with everything sent before; False if the session is closing.
+
+        When nothing is queued or being written, the calling thread writes ``data`` itself as
+        far as the socket takes it without blocking (no hand-off to the writer thread, the
+        common case); what is left is queued for the writer.
 
         ``block`` (only for the session's own reader) waits while the client is above the
         outgoing high watermark, so a client that does not read slows only itself.
         """
-        with self._cond:
+        with self._lock:
             if block:
                 while self._out_bytes > _OUTGOING_HIGH_WATERMARK and not self._closing:
                     self._cond.wait(1.0)
             if self._closing:
                 return False
-            self._out.append(data)
-            self._out_bytes += len(data)
-            self._cond.notify_all()
+            if self._writing or self._out:
+                self._out.append(data)
+                self._out_bytes += len(data)
+                self._cond.notify_all()
+                return True
+            self._writing = True
+        try:
+            sent = self._sock.send(data, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            sent = len(data)  # dropped with the connection
+            logger.debug("client %s: write failed: %s", self.peer, exc)
+            self.close()
+        with self._lock:
+            self._writing = False
+            if sent < len(data):
+                rest = data[sent:]
+                self._out.appendleft(rest)  # before anything queued meanwhile
+                self._out_bytes += len(rest)
+            if self._out or self._closing:
+                self._cond.notify_all()
         return True
 
     def _write_loop(self) -> None:
         sock = self._sock
         while True:
-            with self._cond:
-                while not self._out and not self._closing:
+            with self._lock:
+                # A direct write in progress owns the socket even when closing: wait for it.
+                while self._writing or (not self._out and not self._closing):
                     self._cond.wait()
                 if not self._out:
                     break
                 chunks = list(self._out)
                 self._out.clear()
                 self._out_bytes = 0
+                self._writing = True
                 self._cond.notify_all()
             try:
                 sock.sendall(chunks[0] if len(chunks) == 1 else b"".join(chunks))
@@ -185,6 +217,9 @@ class ClientSession:
                 logger.debug("client %s: write failed: %s", self.peer, exc)
                 self.close()
                 break
+            finally:
+                with self._lock:
+                    self._writing = False
         shutdown_socket(sock)
 
     def close(self, flush: bool = False) -> None:
@@ -270,11 +305,7 @@ class ClientSession:
                     break
                 self.alive = True
                 self.reader_busy = True
-                for event in self._frames.feed(data):
-                    self._broker._handle_event(self, event)
-                    if self._closing:
-                        break
-                self._broker._flush_acks(self)
+                self._broker._handle_events(self, self._frames.feed(data))
                 self.reader_busy = False
         except ProtocolError as exc:
             logger.warning("client %s sent a malformed frame, closing its connection: %s", self.peer, exc)

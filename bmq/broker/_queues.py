@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Final, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Final, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 from .. import _codec, _uri
 from .._protocol import ACK_LIMIT_BYTES, ACK_LIMIT_MESSAGES, ACK_SUCCESS, DEFAULT_APP_ID
@@ -166,11 +166,13 @@ class Consumer:
     Thread-safety: guarded by the broker lock.
     """
 
-    __slots__ = ("stream", "sid", "priority", "max_messages", "max_bytes", "expression", "unconfirmed", "unconfirmed_bytes")
+    __slots__ = ("stream", "sid", "sub_ids", "priority", "max_messages", "max_bytes", "expression", "unconfirmed",
+                 "unconfirmed_bytes")
 
     def __init__(self, stream: "SubStream", sid: int, priority: int, max_messages: int, max_bytes: int, expression: Expression) -> None:
         self.stream = stream
         self.sid = sid
+        self.sub_ids = (sid,)  # what a PUSH to this consumer carries, built once
         self.priority = priority
         self.max_messages = max_messages
         self.max_bytes = max_bytes
@@ -232,15 +234,24 @@ class _App:
     Thread-safety: guarded by the broker lock.
     """
 
-    __slots__ = ("app_id", "pending", "redelivery", "outstanding", "consumers", "rr")
+    __slots__ = ("app_id", "pending", "redelivery", "outstanding", "consumers", "rr", "simple", "top")
 
     def __init__(self, app_id: str) -> None:
         self.app_id = app_id
-        self.pending: Dict[bytes, Record] = {}  # not delivered yet, in arrival order
-        self.redelivery: Dict[bytes, Record] = {}  # delivered, consumer went away
+        # Deques, in arrival order: delivery takes from the front (a dict would rescan every slot
+        # freed at its front, quadratic over a backlog) and storing a message hashes nothing.
+        self.pending: Deque[Record] = collections.deque()  # not delivered yet
+        self.redelivery: Deque[Record] = collections.deque()  # delivered, consumer went away
         self.outstanding: Dict[bytes, Consumer] = {}  # delivered, not confirmed
         self.consumers: List[Consumer] = []
         self.rr = 0
+        self.simple = True  # every consumer takes every message (no subscription expression)
+        self.top = INVALID_PRIORITY  # the highest consumerPriority among the consumers
+
+    def set_consumers(self, consumers: List[Consumer]) -> None:
+        self.consumers = consumers
+        self.simple = all(c.expression.matches_all for c in consumers)
+        self.top = max((c.priority for c in consumers), default=INVALID_PRIORITY)
 
     def held(self) -> int:
         return len(self.pending) + len(self.redelivery) + len(self.outstanding)
@@ -257,73 +268,111 @@ class Queue:
         self.domain_name = domain_name
         self.domain = domain
         self._send_pushes = send_pushes
-        self.messages: Dict[bytes, Record] = {}
-        self._refs: Dict[bytes, int] = {}  # guid -> number of apps still holding it
-        self.bytes = 0
+        # Storage and de-duplication in one table, in arrival order: the GUID of a held message
+        # maps to its record, a GUID no longer held but still inside its dedup window to None.
+        # One lookup per PUT answers "duplicate?" and stores the message.
+        self._table: Dict[bytes, Optional[Record]] = {}
+        self._dedup_order: Deque[Tuple[float, bytes]] = collections.deque()  # (window end, guid)
+        self._overdue: Set[bytes] = set()  # held GUIDs whose window ended: forgotten on release
+        self._refs: Dict[bytes, int] = {}  # fan-out only: guid -> number of apps still holding it
+        self.held = 0  # messages held
+        self.bytes = 0  # their application data
         self.apps: Dict[str, _App] = {
             app_id: _App(app_id) for app_id in (domain.app_ids or (DEFAULT_APP_ID,))
         }
-        self._dedup: Dict[bytes, float] = {}
+        self._single_app = None if domain.app_ids else self.apps[DEFAULT_APP_ID]
+        self._broadcasting = domain.mode == "broadcast"
+        self._dedup_seconds = domain.deduplication_time_ms / 1000.0
         self._values: Dict[bytes, Dict[str, Any]] = {}  # guid -> {name: value}, for expressions
-        self._dedup_order: Deque[Tuple[float, bytes]] = collections.deque()
 
     # ---- storage ---------------------------------------------------------------------
-    def is_duplicate(self, guid: bytes, now: float) -> bool:
-        """True if ``guid`` is still held or was accepted within the dedup window."""
+    def expire_dedup(self, now: float) -> None:
+        """Forget the GUIDs whose dedup window ended by ``now``; a message still held stays a
+        duplicate until it is released."""
         order = self._dedup_order
+        table = self._table
         while order and order[0][0] <= now:
             _, old = order.popleft()
-            if self._dedup.get(old, now + 1) <= now:
-                del self._dedup[old]
-        return guid in self._dedup or guid in self.messages
+            if table[old] is None:
+                del table[old]
+            else:
+                self._overdue.add(old)
 
-    def check_quota(self, size: int) -> int:
-        """ACK status a message of ``size`` bytes would get from the quotas."""
-        if self.domain.mode == "broadcast":
+    def put(self, message: Record, now: float) -> int:
+        """Store a PUT message unless it is a duplicate; the ACK status it gets.
+
+        Call :meth:`expire_dedup` first and :meth:`deliver` after (once per batch of PUTs is
+        enough for both). A duplicate (a retransmission) is ACKed SUCCESS again and not
+        stored twice; a broadcast message goes to the consumers present right away.
+        """
+        guid = message[_GUID]
+        table = self._table
+        known = len(table)
+        table.setdefault(guid, message)  # one lookup to test and store
+        if len(table) == known:
             return ACK_SUCCESS
-        if len(self.messages) >= self.domain.max_messages:
-            return ACK_LIMIT_MESSAGES
-        if self.bytes + size > self.domain.max_bytes:
-            return ACK_LIMIT_BYTES
+        size = len(message[_APP_DATA])
+        if self._broadcasting:
+            table[guid] = None  # remembered, not held
+        else:
+            status = ACK_SUCCESS
+            if self.held >= self.domain.max_messages:
+                status = ACK_LIMIT_MESSAGES
+            elif self.bytes + size > self.domain.max_bytes:
+                status = ACK_LIMIT_BYTES
+            if status:
+                del table[guid]  # refused: a retransmission may still be stored
+                return status
+        self._dedup_order.append((now + self._dedup_seconds, guid))
+        if self._broadcasting:
+            self._broadcast(message)
+            return ACK_SUCCESS
+        self.held += 1
+        self.bytes += size
+        app = self._single_app
+        if app is not None:
+            app.pending.append(message)
+            return ACK_SUCCESS
+        self._refs[guid] = len(self.apps)
+        for app in self.apps.values():
+            app.pending.append(message)
         return ACK_SUCCESS
 
-    def accept(self, message: Record, now: float) -> None:
-        """Store (or, for broadcast, deliver) an accepted message and route it."""
-        guid = message[_GUID]
-        expiry = now + self.domain.deduplication_time_ms / 1000.0
-        self._dedup[guid] = expiry
-        self._dedup_order.append((expiry, guid))
-        if self.domain.mode == "broadcast":
-            self._broadcast(message)
-            return
-        self.messages[guid] = message
-        self._refs[guid] = len(self.apps)
-        self.bytes += len(message[_APP_DATA])
+    def deliver(self) -> None:
+        """Deliver what :meth:`put` stored, within flow control and priorities."""
         for app in self.apps.values():
-            app.pending[guid] = message
-            if app.consumers:
-                self._dispatch(app)
+            self._dispatch(app)
 
-    def _release(self, guid: bytes) -> None:
-        remaining = self._refs[guid] - 1
-        if remaining:
-            self._refs[guid] = remaining
-            return
-        del self._refs[guid]
-        self._values.pop(guid, None)
-        self.bytes -= len(self.messages.pop(guid)[_APP_DATA])
+    def _release(self, message: Record) -> None:
+        """One app is done with ``message``; the last one frees it."""
+        guid = message[_GUID]
+        if self._single_app is None:
+            remaining = self._refs[guid] - 1
+            if remaining:
+                self._refs[guid] = remaining
+                return
+            del self._refs[guid]
+        if self._values:
+            self._values.pop(guid, None)
+        self.held -= 1
+        self.bytes -= len(message[_APP_DATA])
+        if self._overdue and guid in self._overdue:
+            self._overdue.discard(guid)
+            del self._table[guid]
+        else:
+            self._table[guid] = None  # a duplicate until its dedup window ends
 
     def held_messages(self, app_id: Optional[str]) -> List[StoredMessage]:
         """Messages held for ``app_id`` (all held messages when None), oldest first."""
         if app_id is None:
-            return [StoredMessage(*m) for m in self.messages.values()]
+            return [StoredMessage(*m) for m in self._table.values() if m is not None]
         app = self.apps.get(app_id)
         if app is None:
             raise KeyError(f"queue {self.uri} has no appId {app_id!r}")
-        held = {guid: self.messages[guid] for guid in app.outstanding}
-        held.update(app.redelivery)
-        held.update(app.pending)
-        return [StoredMessage(*m) for m in sorted(held.values(), key=_arrival_order(self.messages))]
+        held = [c.unconfirmed[guid] for guid, c in app.outstanding.items()]
+        held += app.redelivery
+        held += app.pending
+        return [StoredMessage(*m) for m in sorted(held, key=_arrival_order(self._table))]
 
     # ---- consumers -------------------------------------------------------------------
     def app(self, app_id: str) -> Optional[_App]:
@@ -332,32 +381,29 @@ class Queue:
     def set_consumers(self, stream: SubStream, consumers: List[Consumer]) -> None:
         """Replace the consumers of ``stream`` (a configure); then deliver what can be."""
         app = self.apps[stream.app_id]
+        kept = [c for c in app.consumers if c.stream is not stream]
         for old in stream.consumers:
-            app.consumers.remove(old)
             if old.unconfirmed:
                 stream.retired.append(old)
         stream.consumers = consumers
-        app.consumers.extend(consumers)
+        app.set_consumers(kept + consumers)
         self._dispatch(app)
 
     def remove_stream(self, stream: SubStream) -> None:
         """A reader stream went away: its unconfirmed messages go back for redelivery."""
         app = self.apps[stream.app_id]
-        for consumer in stream.consumers:
-            app.consumers.remove(consumer)
-        returned: Dict[bytes, Record] = {}
+        app.set_consumers([c for c in app.consumers if c.stream is not stream])
+        returned: List[Record] = []
         for consumer in stream.consumers + stream.retired:
             for guid, message in consumer.unconfirmed.items():
                 del app.outstanding[guid]
-                returned[guid] = message
+                returned.append(message)
             consumer.unconfirmed.clear()
             consumer.unconfirmed_bytes = 0
         stream.consumers = []
         stream.retired = []
         if returned and self.domain.mode != "broadcast":
-            order = _arrival_order(self.messages)
-            merged = dict(sorted({**app.redelivery, **returned}.items(), key=lambda item: order(item[1])))
-            app.redelivery = merged
+            app.redelivery = collections.deque(sorted([*app.redelivery, *returned], key=_arrival_order(self._table)))
         self._dispatch(app)
 
     def confirm(self, stream: SubStream, guids: Iterable[bytes]) -> List[bytes]:
@@ -367,47 +413,83 @@ class Queue:
             The GUIDs that were not outstanding on ``stream`` (ignored, as bmqbrkr does).
         """
         app = self.apps[stream.app_id]
+        outstanding = app.outstanding
+        release = self._release
         unknown = []
         for guid in guids:
-            consumer = app.outstanding.get(guid)
+            consumer = outstanding.pop(guid, None)
             if consumer is None or consumer.stream is not stream:
+                if consumer is not None:
+                    outstanding[guid] = consumer  # another stream's: not ours to confirm
                 unknown.append(guid)
                 continue
-            del app.outstanding[guid]
-            message = consumer.unconfirmed.pop(guid)
+            unconfirmed = consumer.unconfirmed
+            message = unconfirmed.pop(guid)
             consumer.unconfirmed_bytes -= len(message[_APP_DATA])
-            if not consumer.unconfirmed and consumer in stream.retired:
+            if not unconfirmed and consumer in stream.retired:
                 stream.retired.remove(consumer)
-            self._release(guid)
+            release(message)
         self._dispatch(app)
         return unknown
 
     # ---- routing ---------------------------------------------------------------------
     def _dispatch(self, app: _App) -> None:
         """Deliver pending messages of ``app`` within flow control and priorities."""
-        if not app.consumers or not (app.pending or app.redelivery):
+        consumers = app.consumers
+        if not consumers or not (app.pending or app.redelivery):
             return
+        if not app.simple:
+            self._dispatch_selective(app)
+            return
+        # Every consumer takes every message: deliver from the front, round robin over the
+        # top-priority consumers with capacity, until they are all full.
         out: Dict[Any, List[tuple]] = {}
-        simple = all(c.expression.matches_all for c in app.consumers)
+        top = app.top
+        count = len(consumers)
+        outstanding = app.outstanding
         for source, flags in ((app.redelivery, _codec.PUSH_OUT_OF_ORDER), (app.pending, 0)):
-            delivered = []
-            for guid, message in source.items():
-                if not simple and not any(c.has_capacity() for c in app.consumers):
+            while source:
+                rr = app.rr
+                for step in range(count):
+                    consumer = consumers[(rr + step) % count]
+                    if (consumer.priority == top and len(consumer.unconfirmed) < consumer.max_messages
+                            and consumer.unconfirmed_bytes < consumer.max_bytes):
+                        app.rr = (rr + step + 1) % count
+                        break
+                else:
+                    break  # every top-priority consumer is full: nothing else can go
+                message = source.popleft()
+                guid = message[_GUID]
+                consumer.unconfirmed[guid] = message
+                consumer.unconfirmed_bytes += len(message[_APP_DATA])
+                outstanding[guid] = consumer
+                _add_push(out, consumer, message, flags)
+            if source:
+                break  # keep arrival order: fresh messages wait behind redeliveries
+        for session, specs in out.items():
+            self._send_pushes(session, specs)
+
+    def _dispatch_selective(self, app: _App) -> None:
+        """:meth:`_dispatch` when some consumer has a subscription expression."""
+        out: Dict[Any, List[tuple]] = {}
+        for source, flags in ((app.redelivery, _codec.PUSH_OUT_OF_ORDER), (app.pending, 0)):
+            delivered = set()
+            for message in source:
+                if not any(c.has_capacity() for c in app.consumers):
                     break  # spares evaluating expressions over a whole backlog per PUT
-                consumer = self._choose(app, message, simple)
+                consumer = self._choose(app, message)
                 if consumer is None:
-                    if simple:
-                        break  # every top-priority consumer is full: nothing else can go
-                    continue
-                delivered.append(guid)
+                    continue  # no consumer with capacity wants it: later messages may still go
+                guid = message[_GUID]
+                delivered.add(guid)
                 consumer.unconfirmed[guid] = message
                 consumer.unconfirmed_bytes += len(message[_APP_DATA])
                 app.outstanding[guid] = consumer
                 _add_push(out, consumer, message, flags)
-            for guid in delivered:
-                del source[guid]
-            if source and simple:
-                break  # keep arrival order: fresh messages wait behind redeliveries
+            if delivered:
+                kept = [message for message in source if message[_GUID] not in delivered]
+                source.clear()
+                source.extend(kept)
         for session, specs in out.items():
             self._send_pushes(session, specs)
 
@@ -417,19 +499,17 @@ class Queue:
         values = self._values.get(guid)
         if values is None:
             values = {name: value for name, (_, value) in StoredMessage(*message).properties.items()}
-            if guid in self.messages:
+            if self._table.get(guid) is not None:  # held: worth keeping
                 self._values[guid] = values
         return values
 
-    def _choose(self, app: _App, message: Record, simple: bool) -> Optional[Consumer]:
-        consumers = app.consumers
-        if simple:
-            candidates = consumers
-        else:
-            props = self.property_values(message)
-            candidates = [c for c in consumers if c.expression.matches(props)]
-            if not candidates:
-                return None
+    def _choose(self, app: _App, message: Record) -> Optional[Consumer]:
+        """The consumer a message goes to when expressions select: round robin over the
+        top-priority consumers whose expression matches it, that have capacity."""
+        props = self.property_values(message)
+        candidates = [c for c in app.consumers if c.expression.matches(props)]
+        if not candidates:
+            return None
         top = max(c.priority for c in candidates)
         count = len(candidates)
         for step in range(count):
@@ -457,12 +537,13 @@ class Queue:
 def _add_push(out: Dict[Any, List[tuple]], consumer: Consumer, message: Record, flags: int) -> None:
     handle = consumer.stream.handle
     guid, app_data, message_flags, compression, schema_wire_id = message
-    out.setdefault(handle.session, []).append(
-        (handle.q_id, guid, (consumer.sid,), app_data, message_flags | flags, compression, schema_wire_id)
-    )
+    specs = out.get(handle.session)
+    if specs is None:
+        specs = out[handle.session] = []
+    specs.append((handle.q_id, guid, consumer.sub_ids, app_data, message_flags | flags, compression, schema_wire_id))
 
 
-def _arrival_order(messages: Dict[bytes, Record]) -> Callable[[Record], int]:
+def _arrival_order(messages: Dict[bytes, Any]) -> Callable[[Record], int]:
     """Sort key putting messages in the order the queue received them."""
     index = {guid: i for i, guid in enumerate(messages)}
     return lambda message: index.get(message[_GUID], len(index))

@@ -4,13 +4,17 @@ Threads (all daemon, named ``bmq-broker-*``):
 
 * ``bmq-broker-accept``: accepts connections and starts a session for each.
 * per client ``bmq-broker-read-N`` reads and handles events (negotiation, control, PUT,
-  CONFIRM, heartbeats) and ``bmq-broker-write-N`` drains that client's outgoing queue into
-  its socket, so a slow client never blocks the others.
+  CONFIRM, heartbeats) and ``bmq-broker-write-N`` writes what that client's socket did not
+  take at once (see :meth:`ClientSession.send`), so a slow client never blocks the others.
 * ``bmq-broker-timer``: heartbeat monitor and delayed sends (fault injection).
 
 Connection I/O lives in :mod:`bmq.broker._connection`, routing in :mod:`bmq.broker._queues`.
 All queue and routing state lives under one lock (``Broker._lock``); readers hold it only
-while they update state and enqueue the resulting PUSH bytes, never while doing socket I/O.
+while they update state and hand the resulting PUSH bytes to the sessions, which never
+blocks (at most a non-blocking write).
+
+A reader handles what one ``recv`` brought as a whole: consecutive PUT and CONFIRM events
+under one hold of the lock with one PUSH event per consumer, then one ACK event.
 """
 from __future__ import annotations
 
@@ -56,6 +60,8 @@ _QUEUE_READ, _QUEUE_WRITE = 2, 4
 _RESERVED_QUEUE_ID = 4294967286
 _ZERO_GUID = bytes(16)
 _PROPERTIES = _codec.PUT_MESSAGE_PROPERTIES
+_ACK_REQUESTED = _codec.PUT_ACK_REQUESTED
+_DATA_EVENTS = frozenset((_codec.EVENT_PUT, _codec.EVENT_CONFIRM))
 _clock = time.monotonic  # the dedup window's clock (tests replace it)
 
 
@@ -333,7 +339,31 @@ class Broker:
             session.missed_heartbeats = 0
 
     # ---- event handling (reader threads) ---------------------------------------------
+    def _handle_events(self, session: ClientSession, events: List[bytes]) -> None:
+        """Handle the events of one ``recv``, then send their ACKs as one ACK event.
+
+        Consecutive PUT and CONFIRM events are handled together (see :meth:`_on_data`); any
+        other event ends such a run and is handled on its own, in order.
+        """
+        run: List[bytes] = []
+        for event in events:
+            # The type byte without a full header check: _on_data validates each event.
+            if event[4] & 0x3F in _DATA_EVENTS and session.negotiated and not session.disconnected:
+                run.append(event)
+                continue
+            if run:
+                self._on_data(session, run)
+                run = []
+            self._handle_event(session, event)
+            if not session.is_open:
+                break
+        else:
+            if run:
+                self._on_data(session, run)
+        self._flush_acks(session)
+
     def _handle_event(self, session: ClientSession, event: bytes) -> None:
+        """Handle one event that is not part of a PUT/CONFIRM run (see :meth:`_handle_events`)."""
         try:
             _, event_type, _, _ = _codec.unpack_event_header(event)
         except ProtocolError as exc:
@@ -355,11 +385,7 @@ class Broker:
             return
         if session.disconnected:
             return
-        if event_type == _codec.EVENT_PUT:
-            self._on_put(session, event)
-        elif event_type == _codec.EVENT_CONFIRM:
-            self._on_confirm(session, event)
-        elif event_type == _codec.EVENT_CONTROL:
+        if event_type == _codec.EVENT_CONTROL:
             self._flush_acks(session)  # a close/disconnect answer must not overtake ACKs
             self._on_control(session, event)
         else:
@@ -663,15 +689,43 @@ class Broker:
     }
 
     # ---- data path ---------------------------------------------------------------------
-    def _on_put(self, session: ClientSession, event: bytes) -> None:
-        try:
-            messages = _codec.iter_put_messages(event)
-        except ProtocolError as exc:
-            logger.warning("client %s: dropping malformed PUT event: %s", session.peer, exc)
-            return
-        with self._lock, self._batched_pushes():
-            self._store_puts(session, messages)
-            self._notify()
+    def _on_data(self, session: ClientSession, events: List[bytes]) -> None:
+        """Handle a run of PUT and CONFIRM events in order, under one hold of the lock.
+
+        Deliveries they make collect in a batch and go out at the end, still under the lock
+        (so that they stay ordered across reader threads): one PUSH event per consumer session
+        for the whole run rather than one per event. Consecutive CONFIRM events are handled as
+        one; their ACKs go to ``session.pending_acks``.
+        """
+        debug = logger.isEnabledFor(logging.DEBUG)
+        confirms: List[tuple] = []
+        batch: Dict[ClientSession, List[tuple]] = {}
+        with self._lock:
+            self._push_batch = batch
+            try:
+                for event in events:
+                    if debug:
+                        logger.debug("client %s: event type %d, %d bytes", session.peer, event[4] & 0x3F, len(event))
+                    try:
+                        if event[4] & 0x3F == _codec.EVENT_CONFIRM:
+                            confirms += _codec.iter_confirms(event)
+                            continue
+                        messages = _codec.iter_put_messages(event)
+                    except ProtocolError as exc:
+                        kind = "CONFIRM" if event[4] & 0x3F == _codec.EVENT_CONFIRM else "PUT"
+                        logger.warning("client %s: dropping malformed %s event: %s", session.peer, kind, exc)
+                        continue
+                    if confirms:
+                        self._confirm(session, confirms)
+                        confirms = []
+                    self._store_puts(session, messages)
+                if confirms:
+                    self._confirm(session, confirms)
+                self._notify()
+            finally:
+                self._push_batch = None
+                for target, specs in batch.items():
+                    _send_all(target, self._push_events(target, specs))
 
     @contextlib.contextmanager
     def _batched_pushes(self) -> Iterator[Dict[ClientSession, List[tuple]]]:
@@ -693,48 +747,49 @@ class Broker:
 
     def _store_puts(self, session: ClientSession, messages: List[tuple]) -> None:
         """Validate, store and route PUT messages; their ACKs go to ``session.pending_acks``."""
-        acks = session.pending_acks
+        append_ack = session.pending_acks.append
         now = _clock()
         check_crc = self.check_crc
         take_nack = self.faults.take_nack
         handles = session.handles
+        guid_generating = session.guid_generating
+        crc32c = _codec.crc32c
+        last_q_id = None
+        queue = None
         for flags, q_id, guid, crc, compression, schema_id, _options, app_data in messages:
-            if session.guid_generating:
+            if q_id != last_q_id:  # the handle, once per run of one queue's messages
+                if queue is not None:
+                    queue.deliver()
+                last_q_id = q_id
+                handle = handles.get(q_id)
+                queue = handle.queue if handle is not None and handle.write_count > 0 else None
+                if queue is not None:
+                    queue.expire_dedup(now)
+            if guid_generating:
                 correlation_id = 0
-                wants_ack = flags & _codec.PUT_ACK_REQUESTED
+                wants_ack = flags & _ACK_REQUESTED
             else:
                 # Legacy client: the GUID field carries a 24-bit correlation id, whose
-                # presence (not the flag) decides whether an ACK is wanted (protocol §2.3).
+                # presence (not the flag) decides whether an ACK is wanted (protocol §2.3);
+                # the broker names the message.
                 correlation_id = int.from_bytes(guid[1:4], "big")
                 wants_ack = correlation_id != 0
-                guid = _ZERO_GUID
-            handle = handles.get(q_id)
-            if handle is None or handle.write_count <= 0:
+                guid = _ZERO_GUID if queue is None else self._guids.next()
+            if queue is None or guid == _ZERO_GUID:
                 status = ACK_UNKNOWN
-            elif not session.guid_generating:
-                guid = self._guids.next()
-                status = 0
-            elif guid == _ZERO_GUID:
-                status = ACK_UNKNOWN
-            else:
-                status = 0
-            if status == 0 and check_crc and _codec.crc32c(app_data) != crc:
+            elif check_crc and crc32c(app_data) != crc:
                 logger.warning("client %s: PUT %s has a bad CRC32-C, NACKing", session.peer, guid.hex())
                 status = ACK_UNKNOWN
-            if status == 0:
+            else:
                 status = take_nack()
-            if status == 0:
-                queue = handle.queue  # type: ignore[union-attr]
-                if queue.is_duplicate(guid, now):
-                    pass  # a retransmission: ACK it again, keep one copy
-                else:
-                    if compression and not schema_id and flags & _codec.PUT_MESSAGE_PROPERTIES:
+                if status == 0:
+                    if compression and not schema_id and flags & _PROPERTIES:
                         app_data, compression = _decompress_old_style(app_data, flags, compression)
-                    status = queue.check_quota(len(app_data))
-                    if status == 0:
-                        queue.accept((guid, app_data, flags & _PROPERTIES, compression, schema_id), now)
+                    status = queue.put((guid, app_data, flags & _PROPERTIES, compression, schema_id), now)
             if status or wants_ack:
-                acks.append((status, correlation_id, guid, q_id))
+                append_ack((status, correlation_id, guid, q_id))
+        if queue is not None:
+            queue.deliver()
 
     def _flush_acks(self, session: ClientSession) -> None:
         acks = session.pending_acks
@@ -750,25 +805,30 @@ class Broker:
         else:
             session.send(event, block=True)
 
-    def _on_confirm(self, session: ClientSession, event: bytes) -> None:
-        try:
-            confirms = _codec.iter_confirms(event)
-        except ProtocolError as exc:
-            logger.warning("client %s: dropping malformed CONFIRM event: %s", session.peer, exc)
-            return
+    def _confirm(self, session: ClientSession, confirms: List[tuple]) -> None:
+        """Confirm ``(q_id, guid, sub_id)`` records from ``session``; call with the lock held."""
         by_stream: Dict[SubStream, List[bytes]] = {}
-        with self._lock, self._batched_pushes():
-            for q_id, guid, sub_id in confirms:
-                handle = session.handles.get(q_id)
+        handles = session.handles
+        last_q_id = last_sub_id = None
+        guids: Optional[List[bytes]] = None
+        for q_id, guid, sub_id in confirms:
+            if q_id != last_q_id or sub_id != last_sub_id:  # the stream, once per run of one
+                last_q_id, last_sub_id = q_id, sub_id
+                handle = handles.get(q_id)
                 stream = None if handle is None else handle.substreams.get(sub_id)
                 if stream is None or handle.queue.domain.mode == "broadcast":  # type: ignore[union-attr]
-                    logger.warning("client %s: dropping CONFIRM for qId %d subId %d", session.peer, q_id, sub_id)
-                    continue
-                by_stream.setdefault(stream, []).append(guid)
-            for stream, guids in by_stream.items():
-                for guid in stream.handle.queue.confirm(stream, guids):
-                    logger.warning("client %s: CONFIRM of unknown GUID %s", session.peer, guid.hex())
-            self._notify()
+                    guids = None
+                else:
+                    guids = by_stream.get(stream)
+                    if guids is None:
+                        guids = by_stream[stream] = []
+            if guids is None:
+                logger.warning("client %s: dropping CONFIRM for qId %d subId %d", session.peer, q_id, sub_id)
+                continue
+            guids.append(guid)
+        for stream, guids in by_stream.items():
+            for guid in stream.handle.queue.confirm(stream, guids):
+                logger.warning("client %s: CONFIRM of unknown GUID %s", session.peer, guid.hex())
 
     def _send_pushes(self, session: ClientSession, specs: List[tuple]) -> None:
         batch = self._push_batch

@@ -3,6 +3,7 @@ routing, flow control, de-duplication, limits and input validation."""
 from __future__ import annotations
 
 import socket
+import threading
 
 import pytest
 
@@ -281,6 +282,44 @@ def test_dedup_window_expires(broker: Broker, monkeypatch: pytest.MonkeyPatch) -
     assert c.pushes(1)[0][1] == guid
 
 
+def test_message_held_past_its_dedup_window_is_a_duplicate_until_confirmed(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bmq.broker import _server
+
+    now = [1000.0]
+    monkeypatch.setattr(_server, "_clock", lambda: now[0])
+    uri = "bmq://short.dedup/q"
+    c = writer_reader(broker, uri)
+    guid = c.put_ids(1)
+    c.put(0, [b"m"], guids=guid)
+    c.acks(1)
+    assert c.pushes(1)[0][1] == guid  # delivered, not confirmed: still held
+    now[0] += 1.0  # far past the 1 ms window
+    c.put(0, [b"m"], guids=guid)
+    assert c.acks(1)[0][0] == 0
+    assert c.expect_silence(_codec.EVENT_PUSH, 0.2)
+    assert [m.guid for m in broker.queue_messages(uri)] == [guid]
+    c.confirm(0, [guid])
+    assert broker.wait_for(lambda: not broker.queue_messages(uri), 5)
+    c.put(0, [b"m"], guids=guid)  # released after its window: a new message
+    assert c.acks(1)[0][0] == 0
+    assert c.pushes(1)[0][1] == guid
+
+
+def test_nacked_put_is_not_remembered_as_a_duplicate(broker: Broker) -> None:
+    uri = "bmq://small.limits/q"
+    c = writer_reader(broker, uri, max_messages=10)
+    first = c.put(0, [b"a", b"b"])
+    guid = c.put_ids(1)
+    c.put(0, [b"c"], guids=guid)
+    assert [a[0] for a in c.acks(3)] == [0, 0, 1]  # LIMIT_MESSAGES
+    c.pushes(2)
+    c.confirm(0, first)
+    assert broker.wait_for(lambda: not broker.queue_messages(uri), 5)
+    c.put(0, [b"c"], guids=guid)  # the retransmission is a new message now that there is room
+    assert c.acks(1)[0][0] == 0
+    assert c.pushes(1)[0][1] == guid
+
+
 def test_empty_payload_put_is_dropped_silently(client: RawClient, broker: Broker) -> None:
     client.open(PRIORITY, 0, write=True)
     [good] = _codec.build_put_events(0, client.put_ids(1), [b"p"], flags=_codec.PUT_ACK_REQUESTED)
@@ -335,6 +374,60 @@ def test_flow_control_by_message_count(broker: Broker) -> None:
     assert c.expect_silence(_codec.EVENT_PUSH, 0.3)
     c.confirm(0, [first[0][1]])
     assert c.pushes(1)[0][1] == guids[2]
+
+
+def test_confirm_events_in_one_write_release_the_backlog_in_order(broker: Broker) -> None:
+    c = writer_reader(broker, max_messages=1)
+    guids = c.put(0, [b"%d" % i for i in range(20)])
+    c.acks(20)
+    confirmed = []
+    while len(confirmed) < 20:
+        pushed = [p[1] for p in c.pushes(1)]
+        confirmed += pushed
+        # Each confirm as its own event, several in one write: the broker reads them together.
+        c.send(b"".join(_codec.build_confirm_event([(0, guid, 0)]) for guid in pushed * 3))
+    assert confirmed == guids
+    assert broker.wait_for(lambda: not broker.queue_messages(PRIORITY), 5)
+
+
+def test_consumer_that_reads_late_gets_every_push_in_order(broker: Broker) -> None:
+    count, payload = 2000, b"p" * 4000  # ~8 MB: far more than the socket buffers hold
+    with RawClient(broker.port, timeout=30) as producer:
+        producer.open(PRIORITY, 0, write=True)
+        reader = RawClient(broker.port, timeout=30)
+        reader.open(PRIORITY, 0, read=True)
+        reader.configure(0, max_messages=count, max_bytes=1 << 30)
+        guids = []
+        for first in range(0, count, 100):  # the reader reads nothing meanwhile
+            guids += producer.put(0, [payload] * 100)
+            producer.acks(100)
+    with reader:
+        pushes = reader.pushes(count)
+    assert [p[1] for p in pushes] == guids
+    assert all(p[6] == payload for p in pushes)
+
+
+def test_bytes_sent_from_many_threads_at_once_arrive_whole_and_in_each_threads_order(broker: Broker) -> None:
+    threads, per_thread = 4, 500
+    with RawClient(broker.port, timeout=30) as client:
+        [info] = broker.clients()
+
+        def send(thread: int) -> None:
+            for seq in range(per_thread):
+                # One frame per send: an event of a made-up type whose 4-byte body names its sender.
+                body = (thread << 16 | seq).to_bytes(4, "big")
+                broker.faults.send_raw(info.id, _codec.pack_event_header(42, 12) + body)
+
+        senders = [threading.Thread(target=send, args=(n,)) for n in range(threads)]
+        for sender in senders:
+            sender.start()
+        for sender in senders:
+            sender.join(30)
+        seen = {n: [] for n in range(threads)}
+        for _ in range(threads * per_thread):
+            tag = int.from_bytes(client.next_event(42)[8:12], "big")
+            seen[tag >> 16].append(tag & 0xFFFF)
+    assert all(sequence == list(range(per_thread)) for sequence in seen.values())
 
 
 def test_flow_control_by_bytes(broker: Broker) -> None:
@@ -435,6 +528,25 @@ def test_subscriptions_route_by_property(broker: Broker) -> None:
     assert [(p[2], p[6]) for p in big.pushes(1)] == [((1,), b"20-big")]
     assert sorted(p[6] for p in rest.pushes(2)) == [b"3-big", b"50-small"]
     assert big.expect_silence(_codec.EVENT_PUSH, 0.2)
+
+
+def test_selective_consumer_takes_from_the_middle_and_the_rest_keeps_arrival_order(broker: Broker) -> None:
+    producer = RawClient(broker.port)
+    producer.open(PRIORITY, 0, write=True)
+    for n in range(8):
+        producer.put(0, [b"%d" % n], properties={"n": (_codec.PROPERTY_INT32, n)})
+    producer.acks(8)
+    odd = RawClient(broker.port)
+    odd.open(PRIORITY, 0, read=True)
+    odd.configure(0, subscriptions=[(1, "n == 1 || n == 3 || n == 5 || n == 7", 0)])
+    assert sorted(p[6] for p in odd.pushes(4)) == [b"1", b"3", b"5", b"7"]
+    rest = RawClient(broker.port)
+    rest.open(PRIORITY, 0, read=True)
+    rest.configure(0, max_messages=2)
+    first = rest.pushes(2)
+    assert [p[6] for p in first] == [b"0", b"2"]
+    rest.confirm(0, [p[1] for p in first])
+    assert [p[6] for p in rest.pushes(2)] == [b"4", b"6"]
 
 
 def test_bad_subscription_expression_is_refused(client: RawClient) -> None:
