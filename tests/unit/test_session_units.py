@@ -1,5 +1,6 @@
 """The session's units without a socket: QueueHandles (request sequences), Deliveries (PUSH in,
-CONFIRM out) and EventQueue, each driven through fakes of what it talks to."""
+CONFIRM out), EventQueue and Recovery (connection loss → reconnect → reopen → retransmit), each
+driven through fakes of what it talks to."""
 from __future__ import annotations
 
 import threading
@@ -194,3 +195,103 @@ def test_events_are_kept_in_order_given_to_on_event_and_closing_wakes_waiters():
     events.close()
     assert woke.wait(5) and events.closed
     waiter.join(5)
+
+
+# ---- Recovery: the session's state machine faked, the real units driven ----------------------
+class _FakeTransport:
+    def __init__(self) -> None:
+        self.control: List[bytes] = []
+        self.closed = False
+
+    def send_control(self, data: bytes) -> None:
+        self.control.append(bytes(data))
+
+    def send(self, data: bytes, timeout: float, coalesce: bool = False) -> None:
+        self.control.append(bytes(data))
+
+
+class _FakeSession:
+    """What Recovery shares with its Session: lock and condition, state, current connection,
+    connect/adopt, forget_queue, stop (see bmq/_recovery.py)."""
+
+    def __init__(self, registry: QueueRegistry, puts: Any) -> None:
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._state = bmq.SessionState.STARTED
+        self._id = 1
+        self.broker = "tcp://fake:1"
+        self.options = bmq.SessionOptions(reconnect=bmq.ReconnectPolicy(initial_delay=0, jitter=0))
+        self._registry, self._puts = registry, puts
+        self._conn: Any = SimpleNamespace(transport=_FakeTransport())
+        self.connects: List[Any] = []
+
+    def _stopping(self) -> bool:
+        return self._state in (bmq.SessionState.STOPPING, bmq.SessionState.STOPPED)
+
+    def _connect(self, timeout: float) -> Any:
+        conn = SimpleNamespace(transport=_FakeTransport(), close=lambda: None)
+        self.connects.append(conn)
+        return conn
+
+    def _adopt(self, conn: Any) -> None:
+        self._conn = conn
+
+    def _forget_queue(self, queue: Queue, status: Any) -> None:
+        self._registry.forget(queue)
+        queue._mark_closed()
+
+    def stop(self) -> None:
+        self._state = bmq.SessionState.STOPPED
+
+
+def test_recovery_reopens_queues_and_resends_unacknowledged_puts_on_a_new_connection(registry):
+    from bmq._puts import PendingPuts
+    from bmq._recovery import Recovery
+    from bmq._requests import ControlRequests
+
+    broker = FakeBroker(refuse=())
+    options = bmq.SessionOptions()
+    puts = PendingPuts(options, lambda fn, *args: fn(*args), None)
+    session = _FakeSession(registry, puts)
+    old = session._conn
+    puts.restore(old.transport, lambda: True)
+    handles = QueueHandles(broker.call, session._lock, registry)
+    requests = ControlRequests()
+    seen: List[ev.SessionEvent] = []
+    events = EventQueue(SimpleNamespace(submit=lambda fn, *args: fn(*args)), seen.append, 100)  # type: ignore[arg-type]
+    recovery = Recovery(session, requests, registry, handles, puts, events)  # type: ignore[arg-type]
+
+    reader = _queue(registry, session, "bmq://bmq.test.mem.priority/r", read=True)
+    writer = _queue(registry, session, "bmq://bmq.test.mem.priority/w", write=True)
+    refused = _queue(registry, session, "bmq://bmq.test.mem.priority/gone", read=True)
+    guid = _codec.GuidGenerator(1).generate(1)
+    events_sent = _codec.build_put_events(writer.queue_id, guid, [b"kept"], None, flags=_codec.PUT_ACK_REQUESTED)
+    puts.track_and_send(writer, guid, [b"kept"], [None], True, 0, events_sent, None, True)
+    unbuffered = requests.add({"openQueue": {}}, buffered=False)
+
+    recovery.connection_lost(old, bmq.ConnectionLost("cut"))
+    assert session._conn is None and session._state is bmq.SessionState.RECONNECTING
+    assert {q.state for q in (reader, writer, refused)} == {QueueState.PENDING}
+    assert isinstance(unbuffered.future.exception(0), bmq.ConnectionLost)
+    recovery.connection_lost(old, bmq.ConnectionLost("again"))  # a stale connection: ignored
+
+    broker.sent.clear()
+    original_call = broker.call
+
+    def call(body: Dict[str, Any], *args: Any, **kwargs: Any) -> Dict[str, Any]:
+        if "openQueue" in body and body["openQueue"]["handleParameters"]["uri"] == refused.uri:
+            raise bmq.BrokerError("open refused", "E_REFUSED", -1)
+        return original_call(body, *args, **kwargs)
+
+    handles._call = call
+    recovery._reconnect()
+    new = session.connects[0]
+    assert session._conn is new and session._state is bmq.SessionState.STARTED
+    assert reader.state == writer.state == QueueState.OPEN and refused.state == QueueState.CLOSED
+    assert broker.kinds().count("openQueue") == 2 and broker.kinds().count("configureStream") == 1
+    # The unacknowledged PUT went out again on the new connection, with its GUID.
+    resent = [m for data in new.transport.control for m in _codec.iter_put_messages(data)]
+    assert [(m[1], m[2]) for m in resent] == [(writer.queue_id, guid)]
+    kinds = [type(e).__name__ for e in seen]
+    assert kinds[:1] == ["ConnectionLost"] and kinds[1] == "Reconnected" and kinds[-1] == "StateRestored"
+    assert kinds.count("QueueReopened") == 2 and kinds.count("QueueReopenFailed") == 1
