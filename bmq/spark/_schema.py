@@ -317,7 +317,8 @@ def _hex_strings(guids: bytes, count: int) -> pa.StringArray:
     as one string buffer instead of a Python string per message."""
     width = 2 * _GUID_SIZE
     ends = array.array("i", range(0, width * count + 1, width))
-    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(ends), pa.py_buffer(guids.hex().upper().encode())])
+    text = guids.hex().upper().encode()
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(ends), pa.py_buffer(text)])
 
 
 def _int32s(values: "array.array[int]") -> pa.Int32Array:
@@ -352,8 +353,9 @@ def message_batch_factory(schema: StructType) -> Callable[[Sequence[Any], dateti
             pa.repeat(pa.scalar(received, received_type), count),
         ]
         for index, (name, convert) in enumerate(extra, start=len(READ_FIELDS)):
-            values = [None if properties.get(name) is None else convert(properties[name]) for properties in all_properties]
-            columns.append(pa.array(values, arrow_schema.field(index).type))
+            values = [properties.get(name) for properties in all_properties]
+            typed = [None if value is None else convert(value) for value in values]
+            columns.append(pa.array(typed, arrow_schema.field(index).type))
         return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
 
     return batch

@@ -8,13 +8,13 @@ that process, so the session that received a message is the one that confirms it
 BlazingMQ requires.
 
 The data path is Arrow from end to end: the driver turns a batch's messages into one
-``pyarrow.RecordBatch`` (column by column), :meth:`partitions` splits it into slices carried
-by the partitions as Arrow IPC streams, and :meth:`read`, in the executors' Python workers,
-gives the slices back to Spark as record batches, which Spark takes without converting a
-value in Python. Several partitions let Spark's cores convert one batch in parallel.
+``pyarrow.RecordBatch`` (column by column) and cuts it into slices, Arrow IPC streams that
+:meth:`partitions` hands to Spark as its partitions; :meth:`read`, in the executors' Python
+workers, gives the slices back to Spark as record batches, which Spark takes without
+converting a value in Python. Several partitions let Spark's cores take one batch in parallel.
 
 Offsets are ``{"run": <id of this reader>, "seq": <messages handed out by it>}``. A batch of
-this run is kept (messages and record batch) until confirmed, so :meth:`partitions` gives the
+this run is kept (messages and slices) until confirmed, so :meth:`partitions` gives the
 same rows each time it is asked for a range. A batch of an earlier run (a query restarted
 from its checkpoint) cannot be replayed: its messages were never confirmed, the broker
 redelivers them to this run's session when the old one goes away, and they come back in a
@@ -61,7 +61,7 @@ class _Batch:
     start_seq: int
     end_seq: int
     messages: List[Any]
-    records: pa.RecordBatch
+    slices: List[bytes]
 
 
 class ArrowSlice(InputPartition):
@@ -76,11 +76,20 @@ class ArrowSlice(InputPartition):
         self.stream = stream
 
 
-def _ipc(rows: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema) as writer:
-        writer.write_table(rows)  # a slice writes only its own part of the buffers
-    return sink.getvalue().to_pybytes()
+def _slices(records: pa.RecordBatch, count: int) -> List[bytes]:
+    """``records`` cut into up to ``count`` runs of consecutive rows, each an Arrow IPC stream."""
+    count = min(count, records.num_rows)
+    share, extra = divmod(records.num_rows, count)
+    slices = []
+    offset = 0
+    for index in range(count):
+        length = share + (1 if index < extra else 0)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, records.schema) as writer:
+            writer.write_batch(records.slice(offset, length))  # writes only the slice's part of the buffers
+        slices.append(sink.getvalue().to_pybytes())
+        offset += length
+    return slices
 
 
 class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -115,7 +124,7 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._available_now = False
         self._caught_up = False
         self._prefetcher: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._next_batch: Optional["concurrent.futures.Future[Tuple[List[Any], Optional[pa.RecordBatch]]]"] = None
+        self._next_batch: Optional["concurrent.futures.Future[Tuple[List[Any], List[bytes]]]"] = None
         self._wanted = threading.Event()
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -180,15 +189,15 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 self._confirm_through(self._seq)
             if self._caught_up:
                 return start
-            messages, records = self._prefetched()
+            messages, slices = self._prefetched()
             if not messages:
                 # The prefetch may have found nothing only because the consumer's window was
                 # full; now that every finished batch is confirmed, look again.
-                messages, records = self._next(self._queue())
+                messages, slices = self._next(self._queue())
             if not messages:
                 self._caught_up = self._available_now
                 return start
-            batch = _Batch(self._seq, self._seq + len(messages), messages, records)
+            batch = _Batch(self._seq, self._seq + len(messages), messages, slices)
             self._batches.append(batch)
             self._seq = batch.end_seq
             self._prefetch()
@@ -197,10 +206,11 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return self._offset(batch.end_seq)
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
-        """The rows between two offsets of uncommitted batches, in up to ``numPartitions`` slices.
+        """The rows between two offsets: each uncommitted batch's ``numPartitions`` slices.
 
-        The slices are cut the same way each time, so a range asked for again gives the
-        same rows in the same partitions.
+        A batch is cut into slices once, when it is taken, so a range asked for again gives
+        the same rows in the same partitions (and this call, on Spark's critical path, only
+        hands out bytes).
 
         Returns:
             The slices of this run's batches in ``(start, end]``; none for a range of an
@@ -218,20 +228,8 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     )
                 return []
             low = start["seq"] if self._mine(start) else 0
-            parts = [batch.records for batch in self._batches if low < batch.end_seq <= end["seq"]]
-        rows = sum(records.num_rows for records in parts)
-        if rows == 0:
-            return []
-        table = pa.Table.from_batches(parts)
-        count = min(self._options.num_partitions, rows)
-        share, extra = divmod(rows, count)
-        slices: List[InputPartition] = []
-        offset = 0
-        for index in range(count):
-            length = share + (1 if index < extra else 0)
-            slices.append(ArrowSlice(index, _ipc(table.slice(offset, length))))
-            offset += length
-        return slices
+            slices = [data for batch in self._batches if low < batch.end_seq <= end["seq"] for data in batch.slices]
+        return [ArrowSlice(index, data) for index, data in enumerate(slices)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The record batches of one slice (in an executor's Python worker)."""
@@ -287,23 +285,24 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._wanted = threading.Event()
         self._next_batch = self._prefetcher.submit(self._next, self._queue(), self._wanted)
 
-    def _prefetched(self) -> Tuple[List[Any], Optional[pa.RecordBatch]]:
+    def _prefetched(self) -> Tuple[List[Any], List[bytes]]:
         """The prefetched batch (asking it to end at the next gap in deliveries), or none."""
         future, self._next_batch = self._next_batch, None
         if future is None:
-            return [], None
+            return [], []
         self._wanted.set()
         return future.result()
 
-    def _next(self, queue: Any, wanted: Optional[threading.Event] = None) -> Tuple[List[Any], Optional[pa.RecordBatch]]:
-        """The next batch's messages and their record batch (None when no message came);
-        see :meth:`_take` for ``wanted``."""
+    def _next(self, queue: Any, wanted: Optional[threading.Event] = None) -> Tuple[List[Any], List[bytes]]:
+        """The next batch's messages and its rows as the slices of its partitions (both empty
+        when no message came); see :meth:`_take` for ``wanted``."""
         messages = self._take(queue, wanted)
         if not messages:
-            return messages, None
+            return messages, []
         if self._make_batch is None:
             self._make_batch = message_batch_factory(self._schema)
-        return messages, self._make_batch(messages, datetime.datetime.now(datetime.timezone.utc))
+        records = self._make_batch(messages, datetime.datetime.now(datetime.timezone.utc))
+        return messages, _slices(records, self._options.num_partitions)
 
     def _queue(self) -> Any:
         """The consumer's queue, opened by the first call (only :meth:`latestOffset` calls it,

@@ -142,7 +142,8 @@ def replay(reader: _stream.BlazingMQStreamReader, start: dict, end: dict) -> Lis
     """The rows Spark's executors get for ``(start, end]``: the partitions pickled to a copy of
     the reader, as Spark ships them."""
     executor = pickle.loads(pickle.dumps(reader))
-    return [row for part in reader.partitions(start, end) for row in rows_of(executor.read(pickle.loads(pickle.dumps(part))))]
+    shipped = [pickle.loads(pickle.dumps(part)) for part in reader.partitions(start, end)]
+    return [row for part in shipped for row in rows_of(executor.read(part))]
 
 
 def take(reader: _stream.BlazingMQStreamReader, start: dict) -> Tuple[List[tuple], dict]:
