@@ -16,11 +16,11 @@ DEFAULT_BROKER = "tcp://localhost:30114"
 
 _T = TypeVar("_T")
 _MIB = 1024 * 1024
-# Spark spends a fixed ~0.1-0.2 s planning and committing each micro-batch, so a backlog drains
+# Spark spends a fixed ~0.1-0.3 s planning and committing each micro-batch, so a backlog drains
 # fast only in large batches; the byte bound keeps a batch's memory in check (the driver holds
-# the batch's messages, its Arrow copy and the next batch's deliveries).
+# two batches: their messages and their Arrow copies).
 _MAX_MESSAGES_PER_BATCH = 200_000
-_MAX_BYTES_PER_BATCH = 64 * _MIB
+_MAX_BYTES_PER_BATCH = 32 * _MIB
 
 
 def _get(options: Mapping[str, str], name: str, parse: Callable[[str], _T], default: _T) -> _T:
