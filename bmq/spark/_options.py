@@ -40,6 +40,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _batch_bytes(text: str) -> int:
+    # A micro-batch's payloads become one Arrow binary column, whose offsets are 32-bit.
+    value = _positive_int(text)
+    if value > 1024 * _MIB:
+        raise ValueError(f"must be at most 1 GiB ({1024 * _MIB}), not {text!r}")
+    return value
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -194,7 +202,7 @@ class StreamOptions(CommonOptions):
         return cls(
             **cls._common(options),
             max_messages_per_batch=_get(options, "maxMessagesPerBatch", _positive_int, _MAX_MESSAGES_PER_BATCH),
-            max_bytes_per_batch=_get(options, "maxBytesPerBatch", _positive_int, _MAX_BYTES_PER_BATCH),
+            max_bytes_per_batch=_get(options, "maxBytesPerBatch", _batch_bytes, _MAX_BYTES_PER_BATCH),
             poll_timeout=_get(options, "pollTimeout", _positive_float, 0.5),
             num_partitions=_get(options, "numPartitions", _positive_int, 2),
             property_schema=options.get("propertySchema") or "",

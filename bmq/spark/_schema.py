@@ -10,6 +10,7 @@ from __future__ import annotations
 import array
 import dataclasses
 import datetime
+import itertools
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
@@ -321,6 +322,15 @@ def _hex_strings(guids: bytes, count: int) -> pa.StringArray:
     return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(ends), pa.py_buffer(text)])
 
 
+def _binaries(values: List[bytes]) -> pa.BinaryArray:
+    """``values`` as a binary column, built from one joined buffer: converting the list
+    directly grows Arrow's buffers step by step, which costs several times the data in
+    memory."""
+    ends = array.array("i", [0])
+    ends.extend(itertools.accumulate(map(len, values)))
+    return pa.Array.from_buffers(pa.binary(), len(values), [None, pa.py_buffer(ends), pa.py_buffer(b"".join(values))])
+
+
 def _int32s(values: "array.array[int]") -> pa.Int32Array:
     return pa.Array.from_buffers(pa.int32(), len(values), [None, pa.py_buffer(values)])
 
@@ -346,10 +356,11 @@ def message_batch_factory(schema: StructType) -> Callable[[Sequence[Any], dateti
         count = len(messages)
         all_properties = [message.properties for message in messages]
         columns = [
-            pa.array([message.data for message in messages], pa.binary()),
+            _binaries([message.data for message in messages]),
             _text_map(all_properties, map_type),
             _hex_strings(b"".join([message.guid for message in messages]), count),
-            pa.array([message.queue_uri for message in messages], pa.string()),
+            # A reader consumes one queue: every message of a batch has the same URI.
+            pa.repeat(pa.scalar(messages[0].queue_uri, pa.string()), count),
             pa.repeat(pa.scalar(received, received_type), count),
         ]
         for index, (name, convert) in enumerate(extra, start=len(READ_FIELDS)):

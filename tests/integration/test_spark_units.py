@@ -168,6 +168,9 @@ def test_missing_pyspark_names_the_extra_to_install() -> None:
 def test_options_defaults_and_parsing() -> None:
     options = StreamOptions.parse({"queue": QUEUE, "maxMessagesPerBatch": "500", "pollTimeout": "0.1"})
     assert (options.broker, options.max_messages_per_batch, options.poll_timeout) == ("tcp://localhost:30114", 500, 0.1)
+    defaults = StreamOptions.parse({"queue": QUEUE})
+    assert (defaults.max_messages_per_batch, defaults.max_bytes_per_batch, defaults.num_partitions) == (
+        200_000, 32 * 1024 * 1024, 2)
     write = WriteOptions.parse({"queue": QUEUE, "broker": "tcp://h:1", "propertyColumns": "a, b"})
     assert (write.broker, write.property_columns, write.guid_column) == ("tcp://h:1", ("a", "b"), None)
     read = ReadOptions.parse({"queue": QUEUE, "confirm": "false", "numPartitions": "3"})
@@ -182,6 +185,8 @@ def test_options_defaults_and_parsing() -> None:
         ({"queue": QUEUE, "maxMessagesPerBatch": "0"}, "maxMessagesPerBatch"),
         ({"queue": QUEUE, "maxMessagesPerBatch": "ten"}, "maxMessagesPerBatch"),
         ({"queue": QUEUE, "pollTimeout": "-1"}, "pollTimeout"),
+        ({"queue": QUEUE, "maxBytesPerBatch": str(2**31)}, "maxBytesPerBatch.*at most 1 GiB"),
+        ({"queue": QUEUE, "numPartitions": "0"}, "numPartitions"),
     ],
 )
 def test_bad_options_are_rejected_with_their_name(options: dict, text: str) -> None:
