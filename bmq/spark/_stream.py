@@ -101,15 +101,16 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     partitions. Messages are confirmed once Spark has finished their batch: in
     :meth:`commit`, or in the next :meth:`latestOffset`, which Spark calls at every trigger
     once the previous batch has ended (so a run's last batch is confirmed too). The
-    consumer's unconfirmed limits are two batches, so that the next batch is already
-    delivered while one is processed.
+    consumer's unconfirmed limits are two batches: the one Spark processes and the next one,
+    which a prefetch thread takes and converts meanwhile.
 
     Spark constructs the reader in several processes (planning workers, executors); only the
     driver-side streaming process calls :meth:`latestOffset`, which connects lazily.
     Executors only call :meth:`read`, which needs no session.
 
     Thread-safety: Spark calls the methods from one thread; a lock guards the state anyway
-    because :meth:`stop` may come from elsewhere.
+    because :meth:`stop` may come from elsewhere. The prefetch thread only touches the
+    queue and hands its result back through a future.
     """
 
     def __init__(self, options: StreamOptions, schema: StructType):
