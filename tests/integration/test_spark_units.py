@@ -373,8 +373,10 @@ def test_read_schema_and_typed_property_columns() -> None:
     make = _schema.message_batch_factory(schema)
     now = datetime.datetime.now(datetime.timezone.utc)
     records = make([FakeMessage(3, {"n": 3, "raw": b"\x01\x02", "flag": True}), FakeMessage(4)], now)
-    # Exactly the Arrow schema Spark expects of a Python data source with this schema.
+    # Exactly the Arrow schema Spark expects of a Python data source with this schema, and
+    # buffers that Arrow accepts as valid.
     assert records.schema.equals(to_arrow_schema(schema, timezone="UTC"))
+    records.validate(full=True)
     assert rows_of([records]) == [
         (b"m3", {"n": "3", "raw": "0102", "flag": "true"}, (3).to_bytes(16, "big").hex().upper(), QUEUE, now, 3, None,
          b"\x01\x02"),
