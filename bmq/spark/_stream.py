@@ -124,7 +124,7 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._batches: List[_Batch] = []
         self._available_now = False
         self._caught_up = False
-        self._prefetcher: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._prefetcher: Optional[threading.Thread] = None
         self._next_batch: Optional["concurrent.futures.Future[Tuple[List[Any], List[bytes]]]"] = None
         self._wanted = threading.Event()
 
@@ -253,10 +253,11 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._batches = []
             prefetcher, self._prefetcher = self._prefetcher, None
             self._next_batch = None
+            self._wanted.set()  # a prefetch ends at the next gap in deliveries ...
         if connection is not None:
-            connection[0].stop()  # ends a prefetch waiting for messages
+            connection[0].stop()  # ... or at once, its queue being closed
         if prefetcher is not None:
-            prefetcher.shutdown(wait=True)
+            prefetcher.join()
 
     def _offset(self, seq: int) -> Offset:
         return {"run": self._run, "seq": seq}
@@ -281,10 +282,19 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         takes that work off the next call. The consumer's window (two batches) has room for
         it, and its messages are confirmed no earlier than if taken later.
         """
-        if self._prefetcher is None:
-            self._prefetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bmq-spark-prefetch")
-        self._wanted = threading.Event()
-        self._next_batch = self._prefetcher.submit(self._next, self._queue(), self._wanted)
+        queue, wanted = self._queue(), threading.Event()
+        future: "concurrent.futures.Future[Tuple[List[Any], List[bytes]]]" = concurrent.futures.Future()
+
+        def prefetch() -> None:
+            try:
+                future.set_result(self._next(queue, wanted))
+            except BaseException as e:  # handed to latestOffset(), which raises it in Spark's thread
+                future.set_exception(e)
+
+        # A daemon thread: a process that ends without stop() must not wait for a prefetch.
+        self._prefetcher = threading.Thread(target=prefetch, name="bmq-spark-prefetch", daemon=True)
+        self._wanted, self._next_batch = wanted, future
+        self._prefetcher.start()
 
     def _prefetched(self) -> Tuple[List[Any], List[bytes]]:
         """The prefetched batch (asking it to end at the next gap in deliveries), or none."""
