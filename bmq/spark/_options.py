@@ -16,6 +16,11 @@ DEFAULT_BROKER = "tcp://localhost:30114"
 
 _T = TypeVar("_T")
 _MIB = 1024 * 1024
+# Spark spends a fixed ~0.1-0.3 s planning and committing each micro-batch, so a backlog drains
+# fast only in large batches; the byte bound keeps a batch's memory in check (the driver holds
+# two batches: their messages and their Arrow copies).
+_MAX_MESSAGES_PER_BATCH = 200_000
+_MAX_BYTES_PER_BATCH = 32 * _MIB
 
 
 def _get(options: Mapping[str, str], name: str, parse: Callable[[str], _T], default: _T) -> _T:
@@ -32,6 +37,14 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise ValueError(f"must be a positive integer, not {text!r}")
+    return value
+
+
+def _batch_bytes(text: str) -> int:
+    # A micro-batch's payloads become one Arrow binary column, whose offsets are 32-bit.
+    value = _positive_int(text)
+    if value > 1024 * _MIB:
+        raise ValueError(f"must be at most 1 GiB ({1024 * _MIB}), not {text!r}")
     return value
 
 
@@ -168,12 +181,15 @@ class StreamOptions(CommonOptions):
         max_bytes_per_batch: payload bytes per micro-batch at most, except that a batch
             always takes at least one message (``maxBytesPerBatch``).
         poll_timeout: seconds a micro-batch waits for its first message (``pollTimeout``).
+        num_partitions: Spark partitions (tasks) each micro-batch is split into
+            (``numPartitions``), so that several cores take it in parallel.
         property_schema: DDL of typed property columns (option ``propertySchema``).
     """
 
-    max_messages_per_batch: int = 10_000
-    max_bytes_per_batch: int = 32 * _MIB
+    max_messages_per_batch: int = _MAX_MESSAGES_PER_BATCH
+    max_bytes_per_batch: int = _MAX_BYTES_PER_BATCH
     poll_timeout: float = 0.5
+    num_partitions: int = 2
     property_schema: str = ""
 
     @classmethod
@@ -185,8 +201,9 @@ class StreamOptions(CommonOptions):
         """
         return cls(
             **cls._common(options),
-            max_messages_per_batch=_get(options, "maxMessagesPerBatch", _positive_int, 10_000),
-            max_bytes_per_batch=_get(options, "maxBytesPerBatch", _positive_int, 32 * _MIB),
+            max_messages_per_batch=_get(options, "maxMessagesPerBatch", _positive_int, _MAX_MESSAGES_PER_BATCH),
+            max_bytes_per_batch=_get(options, "maxBytesPerBatch", _batch_bytes, _MAX_BYTES_PER_BATCH),
             poll_timeout=_get(options, "pollTimeout", _positive_float, 0.5),
+            num_partitions=_get(options, "numPartitions", _positive_int, 2),
             property_schema=options.get("propertySchema") or "",
         )

@@ -1,7 +1,7 @@
 """The ``blazingmq`` data source: wires the options to the readers and writers."""
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, SimpleDataSourceStreamReader
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from . import _session
@@ -26,7 +26,7 @@ class BlazingMQDataSource(DataSource):
     ``tcp://localhost:30114``), ``queue`` (required), ``connectTimeout``; for writes
     ``propertyColumns``, ``guidColumn``, ``ackTimeout``; for batch reads ``maxMessages``,
     ``idleTimeout``, ``numPartitions``, ``confirm``; for streaming reads
-    ``maxMessagesPerBatch``, ``maxBytesPerBatch``, ``pollTimeout``; for reads
+    ``maxMessagesPerBatch``, ``maxBytesPerBatch``, ``pollTimeout``, ``numPartitions``; for reads
     ``propertySchema``. ``docs/spark.md`` gives the guarantees of each direction.
 
     Thread-safety: Spark creates and uses instances from one thread per process.
@@ -56,7 +56,7 @@ class BlazingMQDataSource(DataSource):
         _session.probe_broker(options)
         return BlazingMQReader(options, schema)
 
-    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A streaming reader consuming on the driver (see :class:`~bmq.spark._stream.BlazingMQStreamReader`).
 
         Spark calls this on the driver when the query starts; checking the broker here makes

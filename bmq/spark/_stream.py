@@ -1,27 +1,37 @@
 """The streaming reader: one consuming session on the driver, confirms what Spark has finished.
 
-Spark runs a :class:`~pyspark.sql.datasource.SimpleDataSourceStreamReader` in one long-lived
-Python process on the driver for the whole query: :meth:`read` plans a micro-batch (Spark
-calls it only once the previous batch has ended) and :meth:`commit` is told when Spark has
-durably finished one. Both run in that process, so the session that received a message is the
-one that confirms it, as BlazingMQ requires.
+Spark runs a :class:`~pyspark.sql.datasource.DataSourceStreamReader` in one long-lived Python
+process on the driver for the whole query: :meth:`latestOffset` plans a micro-batch (Spark
+calls it only once the previous batch has ended), :meth:`partitions` hands the batch to the
+executors and :meth:`commit` is told when Spark has durably finished one. The session lives in
+that process, so the session that received a message is the one that confirms it, as
+BlazingMQ requires.
+
+The data path is Arrow from end to end: the driver turns a batch's messages into one
+``pyarrow.RecordBatch`` (column by column) and cuts it into slices, Arrow IPC streams that
+:meth:`partitions` hands to Spark as its partitions; :meth:`read`, in the executors' Python
+workers, gives the slices back to Spark as record batches, which Spark takes without
+converting a value in Python. Several partitions let Spark's cores take one batch in parallel.
 
 Offsets are ``{"run": <id of this reader>, "seq": <messages handed out by it>}``. A batch of
-this run is kept (messages and rows) until confirmed, so :meth:`readBetweenOffsets` replays it
-exactly. A batch of an earlier run (a query restarted from its checkpoint) cannot be replayed:
-its messages were never confirmed, the broker redelivers them to this run's session when the
-old one goes away, and they come back in a later batch (at-least-once).
+this run is kept (messages and slices) until confirmed, so :meth:`partitions` gives the
+same rows each time it is asked for a range. A batch of an earlier run (a query restarted
+from its checkpoint) cannot be replayed: its messages were never confirmed, the broker
+redelivers them to this run's session when the old one goes away, and they come back in a
+later batch (at-least-once).
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime
 import logging
 import threading
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from pyspark.sql.datasource import SimpleDataSourceStreamReader
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 try:
@@ -33,7 +43,7 @@ import bmq
 
 from . import _session
 from ._options import StreamOptions
-from ._schema import message_row_factory
+from ._schema import message_batch_factory
 
 __all__ = ["BlazingMQStreamReader"]
 
@@ -51,25 +61,56 @@ class _Batch:
     start_seq: int
     end_seq: int
     messages: List[Any]
-    rows: List[Tuple[Any, ...]]
+    slices: List[bytes]
 
 
-class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
+class ArrowSlice(InputPartition):
+    """One partition of a micro-batch: consecutive rows as an Arrow IPC stream.
+
+    Spark pickles partitions from the driver to the executors; IPC bytes pickle as one
+    buffer and are read back without copying each value.
+    """
+
+    def __init__(self, index: int, stream: bytes):
+        super().__init__(index)
+        self.stream = stream
+
+
+def _slices(records: pa.RecordBatch, count: int) -> List[bytes]:
+    """``records`` cut into up to ``count`` runs of consecutive rows, each an Arrow IPC stream."""
+    count = min(count, records.num_rows)
+    share, extra = divmod(records.num_rows, count)
+    slices = []
+    offset = 0
+    for index in range(count):
+        length = share + (1 if index < extra else 0)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, records.schema) as writer:
+            writer.write_batch(records.slice(offset, length))  # writes only the slice's part of the buffers
+        slices.append(sink.getvalue().to_pybytes())
+        offset += length
+    return slices
+
+
+class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Reader of ``spark.readStream.format("blazingmq")``: at-least-once delivery.
 
     Each micro-batch takes up to ``maxMessagesPerBatch`` messages (and about
     ``maxBytesPerBatch`` payload bytes) that are already waiting, after waiting at most
-    ``pollTimeout`` seconds for the first. Messages are confirmed once Spark has finished
-    their batch: in :meth:`commit`, or in the next :meth:`read`, which Spark calls at every
-    trigger once the previous batch has ended (so a run's last batch is confirmed too). The
-    consumer's unconfirmed limits are two batches, so that the next batch is already
-    delivered while one is processed.
+    ``pollTimeout`` seconds for the first, and is split into up to ``numPartitions`` Spark
+    partitions. Messages are confirmed once Spark has finished their batch: in
+    :meth:`commit`, or in the next :meth:`latestOffset`, which Spark calls at every trigger
+    once the previous batch has ended (so a run's last batch is confirmed too). The
+    consumer's unconfirmed limits are two batches: the one Spark processes and the next one,
+    which a prefetch thread takes and converts meanwhile.
 
     Spark constructs the reader in several processes (planning workers, executors); only the
-    driver-side streaming process calls :meth:`read`, which connects lazily.
+    driver-side streaming process calls :meth:`latestOffset`, which connects lazily.
+    Executors only call :meth:`read`, which needs no session.
 
     Thread-safety: Spark calls the methods from one thread; a lock guards the state anyway
-    because :meth:`stop` may come from elsewhere.
+    because :meth:`stop` may come from elsewhere. The prefetch thread only touches the
+    queue and hands its result back through a future.
     """
 
     def __init__(self, options: StreamOptions, schema: StructType):
@@ -78,15 +119,18 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
         self._run = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._connection: Optional[Tuple[Any, Any]] = None
-        self._make_row: Optional[Callable[[Any, datetime.datetime], Tuple[Any, ...]]] = None
+        self._make_batch: Optional[Callable[[Sequence[Any], datetime.datetime], pa.RecordBatch]] = None
         self._seq = 0
         self._batches: List[_Batch] = []
         self._available_now = False
         self._caught_up = False
+        self._prefetcher: Optional[threading.Thread] = None
+        self._next_batch: Optional["concurrent.futures.Future[Tuple[List[Any], List[bytes]]]"] = None
+        self._wanted = threading.Event()
 
     def __getstate__(self) -> Dict[str, Any]:
-        # Spark pickles the reader into executor tasks (for replays it cannot serve from the
-        # driver); a copy starts empty, as a reader of its own run.
+        # Spark pickles the reader into executor tasks, which only call read(); a copy starts
+        # empty, as a reader of its own run.
         return {"options": self._options, "schema": self._schema}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
@@ -95,12 +139,13 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
     def prepareForTriggerAvailableNow(self) -> None:
         """Make this run end once it has caught up with the queue (Trigger.AvailableNow).
 
-        A queue has no end offset to record. The run has caught up when a :meth:`read` gets no
-        message at all: that read first confirms every earlier batch, so the broker may deliver
-        up to the consumer's whole window, and then waits ``pollTimeout`` for a first message.
-        A read that only drains what had already arrived locally proves nothing (the broker may
-        still be sending the rest of the window), so batches go on until such an empty read;
-        it returns ``start`` and Spark ends the run with every batch confirmed.
+        A queue has no end offset to record. The run has caught up when a
+        :meth:`latestOffset` gets no message at all: that call first confirms every earlier
+        batch, so the broker may deliver up to the consumer's whole window, and then waits
+        ``pollTimeout`` for a first message. A call that only drains what had already arrived
+        locally proves nothing (the broker may still be sending the rest of the window), so
+        batches go on until such an empty call; it returns ``start`` and Spark ends the run
+        with every batch confirmed.
         """
         with self._lock:
             self._available_now = True
@@ -109,7 +154,7 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
         """The offset before the first message of a new query."""
         return self._offset(0)
 
-    def read(self, start: Offset) -> Tuple[Iterator[Tuple[Any, ...]], Offset]:
+    def latestOffset(self, start: Optional[Offset] = None, limit: Any = None) -> Offset:
         """Confirm the batches Spark has finished, then take the next micro-batch of waiting messages.
 
         Spark plans a batch only after the previous one has ended (its sink done and the end
@@ -117,8 +162,15 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
         last batch of a run is then confirmed even though Spark only commits a batch when it
         plans the next one with data.
 
+        Args:
+            start: the end offset of the previous batch (pyspark < 4.2 passes none: then
+                this reader's own position).
+            limit: Spark's read limit, always ``ReadAllAvailable`` as this reader keeps the
+                default; a batch is bounded by the reader's options whatever the limit, as
+                a queue has no end to read up to.
+
         Returns:
-            The rows and the end offset; ``start`` itself when no message came (or an
+            The end offset of the new batch; ``start`` itself when no message came (or an
             AvailableNow run has caught up with the queue).
 
         Raises:
@@ -126,6 +178,8 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
             bmq.BrokerError: the broker refused to open the queue.
         """
         with self._lock:
+            if start is None:
+                start = self._offset(self._seq)
             if self._mine(start):
                 if start["seq"] != self._seq:
                     # Spark plans from the last end offset it was given; anything else means
@@ -135,42 +189,53 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
                     )
                 self._confirm_through(self._seq)
             if self._caught_up:
-                return iter(()), start
-            messages = self._take()
+                return start
+            messages, slices = self._prefetched()
+            if not messages:
+                # The prefetch may have found nothing only because the consumer's window was
+                # full; now that every finished batch is confirmed, look again.
+                messages, slices = self._next(self._queue())
             if not messages:
                 self._caught_up = self._available_now
-                return iter(()), start
-            if self._make_row is None:
-                self._make_row = message_row_factory(self._schema)
-            now = datetime.datetime.now(datetime.timezone.utc)
-            rows = [self._make_row(message, now) for message in messages]
-            batch = _Batch(self._seq, self._seq + len(messages), messages, rows)
+                return start
+            batch = _Batch(self._seq, self._seq + len(messages), messages, slices)
             self._batches.append(batch)
             self._seq = batch.end_seq
+            self._prefetch()
             if _log.isEnabledFor(logging.DEBUG):
                 _log.debug("blazingmq: batch (%d, %d] of %s", batch.start_seq, batch.end_seq, self._options.queue)
-            return iter(rows), self._offset(batch.end_seq)
+            return self._offset(batch.end_seq)
 
-    def readBetweenOffsets(self, start: Offset, end: Offset) -> Iterator[Tuple[Any, ...]]:
-        """Replay the rows between two offsets of an uncommitted batch.
+    def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
+        """The rows between two offsets: each uncommitted batch's ``numPartitions`` slices.
+
+        A batch is cut into slices once, when it is taken, so a range asked for again gives
+        the same rows in the same partitions (and this call, on Spark's critical path, only
+        hands out bytes).
 
         Returns:
-            The same rows :meth:`read` returned for this range in this run; nothing for a
-            range of an earlier run or another process (those messages are redelivered by
-            the broker and come back in a later batch).
+            The slices of this run's batches in ``(start, end]``; none for a range of an
+            earlier run or another process (those messages are redelivered by the broker
+            and come back in a later batch), or for an empty range.
         """
         with self._lock:
             if not self._mine(end):
-                _log.warning(
-                    "blazingmq: not replaying %s..%s from an earlier run of the query; the broker "
-                    "redelivers its unconfirmed messages to this run",
-                    start,
-                    end,
-                )
-                return iter(())
+                if end != start:
+                    _log.warning(
+                        "blazingmq: not replaying %s..%s from an earlier run of the query; the broker "
+                        "redelivers its unconfirmed messages to this run",
+                        start,
+                        end,
+                    )
+                return []
             low = start["seq"] if self._mine(start) else 0
-            rows = [row for batch in self._batches if low < batch.end_seq <= end["seq"] for row in batch.rows]
-            return iter(rows)
+            slices = [data for batch in self._batches if low < batch.end_seq <= end["seq"] for data in batch.slices]
+        return [ArrowSlice(index, data) for index, data in enumerate(slices)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The record batches of one slice (in an executor's Python worker)."""
+        with pa.ipc.open_stream(partition.stream) as reader:  # type: ignore[attr-defined]
+            yield from reader
 
     def commit(self, end: Offset) -> None:
         """Confirm every message up to ``end``: Spark has finished with them.
@@ -186,8 +251,13 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
         with self._lock:
             connection, self._connection = self._connection, None
             self._batches = []
+            prefetcher, self._prefetcher = self._prefetcher, None
+            self._next_batch = None
+            self._wanted.set()  # a prefetch ends at the next gap in deliveries ...
         if connection is not None:
-            connection[0].stop()
+            connection[0].stop()  # ... or at once, its queue being closed
+        if prefetcher is not None:
+            prefetcher.join()
 
     def _offset(self, seq: int) -> Offset:
         return {"run": self._run, "seq": seq}
@@ -204,12 +274,50 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("blazingmq: confirmed up to seq %d of %s", seq, self._options.queue)
 
-    def _take(self) -> List[Any]:
-        """The next batch's messages: up to the batch limits, waiting ``pollTimeout`` for the
-        first and then taking more as long as they keep coming (a gap of ``_LINGER`` ends the
-        batch). Stopping at the first moment the local inbox is empty would make many tiny
-        batches while the broker is still delivering the window, and each batch costs Spark a
-        planning round of its own."""
+    def _prefetch(self) -> None:
+        """Start taking the next batch while Spark processes this one.
+
+        Spark runs a micro-batch's tasks between two :meth:`latestOffset` calls, and this
+        process would otherwise sit idle then; taking and converting the next batch meanwhile
+        takes that work off the next call. The consumer's window (two batches) has room for
+        it, and its messages are confirmed no earlier than if taken later.
+        """
+        queue, wanted = self._queue(), threading.Event()
+        future: "concurrent.futures.Future[Tuple[List[Any], List[bytes]]]" = concurrent.futures.Future()
+
+        def prefetch() -> None:
+            try:
+                future.set_result(self._next(queue, wanted))
+            except BaseException as e:  # handed to latestOffset(), which raises it in Spark's thread
+                future.set_exception(e)
+
+        # A daemon thread: a process that ends without stop() must not wait for a prefetch.
+        self._prefetcher = threading.Thread(target=prefetch, name="bmq-spark-prefetch", daemon=True)
+        self._wanted, self._next_batch = wanted, future
+        self._prefetcher.start()
+
+    def _prefetched(self) -> Tuple[List[Any], List[bytes]]:
+        """The prefetched batch (asking it to end at the next gap in deliveries), or none."""
+        future, self._next_batch = self._next_batch, None
+        if future is None:
+            return [], []
+        self._wanted.set()
+        return future.result()
+
+    def _next(self, queue: Any, wanted: Optional[threading.Event] = None) -> Tuple[List[Any], List[bytes]]:
+        """The next batch's messages and its rows as the slices of its partitions (both empty
+        when no message came); see :meth:`_take` for ``wanted``."""
+        messages = self._take(queue, wanted)
+        if not messages:
+            return messages, []
+        if self._make_batch is None:
+            self._make_batch = message_batch_factory(self._schema)
+        records = self._make_batch(messages, datetime.datetime.now(datetime.timezone.utc))
+        return messages, _slices(records, self._options.num_partitions)
+
+    def _queue(self) -> Any:
+        """The consumer's queue, opened by the first call (only :meth:`latestOffset` calls it,
+        so a prefetch running after :meth:`stop` cannot open a session again)."""
         if self._connection is None:
             limit = self._options.max_bytes_per_batch
             self._connection = _session.open_consumer(
@@ -218,14 +326,29 @@ class BlazingMQStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailab
                 # A batch may end one message past its byte budget.
                 max_bytes=2 * (limit + bmq.MAX_PAYLOAD_SIZE),
             )
-        queue = self._connection[1]
-        message = queue.get(timeout=self._options.poll_timeout)
+        return self._connection[1]
+
+    def _take(self, queue: Any, wanted: Optional[threading.Event] = None) -> List[Any]:
+        """The next batch's messages, up to the batch limits.
+
+        Without ``wanted`` (Spark is waiting): waits ``pollTimeout`` for the first message,
+        then takes more as long as they keep coming; a gap of ``_LINGER`` ends the batch.
+        Stopping at the first moment the local inbox is empty would make many tiny batches
+        while the broker is still delivering the window, and each batch costs Spark a
+        planning round of its own. A prefetch (``wanted`` given) rides out gaps until
+        ``wanted`` is set: Spark is busy until then, so the batch may as well grow.
+        """
+        limit, byte_limit = self._options.max_messages_per_batch, self._options.max_bytes_per_batch
         messages: List[Any] = []
         size = 0
-        while message is not None:
+        timeout = _LINGER if wanted is not None else self._options.poll_timeout
+        while len(messages) < limit and size < byte_limit:
+            message = queue.get(timeout=timeout)
+            if message is None:
+                if wanted is None or wanted.is_set():
+                    break
+                continue
             messages.append(message)
             size += len(message.data)
-            if len(messages) >= self._options.max_messages_per_batch or size >= self._options.max_bytes_per_batch:
-                return messages
-            message = queue.get(timeout=_LINGER)
+            timeout = _LINGER
         return messages

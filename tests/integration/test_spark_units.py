@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import datetime
 import os
+import pickle
+import threading
 from concurrent.futures import Future
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 import pytest
 
@@ -16,6 +18,8 @@ pytestmark = pytest.mark.spark
 
 try:
     import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
     from pyspark.sql.types import (
         BinaryType,
         ByteType,
@@ -56,27 +60,61 @@ class FakeMessage:
 
 
 class FakeConsumer:
-    """Session + queue of a reader: ``get`` pops waiting messages, confirms are recorded."""
+    """Session + queue of a reader, standing in for the broker: ``get`` hands out waiting
+    messages (waiting up to ``timeout`` for one), confirms are recorded, and stopping the
+    session puts its unconfirmed messages back in front for the next session (redelivery)."""
 
     def __init__(self, messages: List[FakeMessage]):
         self.waiting = list(messages)
+        self.unconfirmed: List[FakeMessage] = []
         self.confirmed: List[FakeMessage] = []
         self.closed = False
+        self.empty_polls = 0
+        self._changed = threading.Condition()
+
+    def open(self) -> "FakeConsumer":
+        self.closed = False
+        return self
+
+    def deliver(self, message: FakeMessage) -> None:
+        with self._changed:
+            self.waiting.append(message)
+            self._changed.notify_all()
 
     def get(self, timeout: Optional[float] = None) -> Optional[FakeMessage]:
-        return self.waiting.pop(0) if self.waiting else None
+        with self._changed:
+            if not self._changed.wait_for(lambda: self.waiting or self.closed, timeout):
+                self.empty_polls += 1
+                self._changed.notify_all()
+                return None
+            if self.closed:
+                raise bmq.QueueStateError(f"{QUEUE} is closed")
+            message = self.waiting.pop(0)
+            self.unconfirmed.append(message)
+            return message
+
+    def wait_for_empty_polls(self, count: int) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: self.empty_polls >= count, timeout=30)
 
     def confirm_many(self, messages: List[FakeMessage]) -> None:
-        self.confirmed.extend(messages)
+        with self._changed:
+            self.confirmed.extend(messages)
+            done = {id(message) for message in messages}
+            self.unconfirmed = [message for message in self.unconfirmed if id(message) not in done]
 
     def stop(self) -> None:
-        self.closed = True
+        with self._changed:
+            self.closed = True
+            self.waiting[:0] = self.unconfirmed
+            self.unconfirmed = []
+            self._changed.notify_all()
 
 
 @pytest.fixture
 def consumer(monkeypatch: pytest.MonkeyPatch) -> FakeConsumer:
     fake = FakeConsumer([FakeMessage(i, {"n": i}) for i in range(25)])
-    monkeypatch.setattr(_session, "open_consumer", lambda options, max_messages, max_bytes: (fake, fake))
+    monkeypatch.setattr(_session, "open_consumer", lambda options, max_messages, max_bytes: (fake.open(), fake))
     return fake
 
 
@@ -84,9 +122,34 @@ def read_struct(*extra: StructField) -> StructType:
     return StructType(list(_schema.READ_FIELDS) + list(extra))
 
 
-def stream_reader(per_batch: int = 10) -> _stream.BlazingMQStreamReader:
-    options = StreamOptions.parse({"queue": QUEUE, "maxMessagesPerBatch": str(per_batch)})
+def stream_reader(per_batch: int = 10, partitions: int = 2) -> _stream.BlazingMQStreamReader:
+    options = StreamOptions.parse(
+        {"queue": QUEUE, "maxMessagesPerBatch": str(per_batch), "pollTimeout": "0.2", "numPartitions": str(partitions)}
+    )
     return _stream.BlazingMQStreamReader(options, read_struct())
+
+
+def rows_of(batches: Any) -> List[tuple]:
+    """Record batches as row tuples (maps as dicts), as Spark would see them."""
+    return [
+        tuple(dict(value) if isinstance(value, list) else value for value in row.values())
+        for records in batches
+        for row in records.to_pylist()
+    ]
+
+
+def replay(reader: _stream.BlazingMQStreamReader, start: dict, end: dict) -> List[tuple]:
+    """The rows Spark's executors get for ``(start, end]``: the partitions pickled to a copy of
+    the reader, as Spark ships them."""
+    executor = pickle.loads(pickle.dumps(reader))
+    shipped = [pickle.loads(pickle.dumps(part)) for part in reader.partitions(start, end)]
+    return [row for part in shipped for row in rows_of(executor.read(part))]
+
+
+def take(reader: _stream.BlazingMQStreamReader, start: dict) -> Tuple[List[tuple], dict]:
+    """One micro-batch as Spark plans it: the end offset, then the rows in between."""
+    end = reader.latestOffset(start, ReadAllAvailable())
+    return replay(reader, start, end), end
 
 
 def test_missing_pyspark_names_the_extra_to_install() -> None:
@@ -105,6 +168,9 @@ def test_missing_pyspark_names_the_extra_to_install() -> None:
 def test_options_defaults_and_parsing() -> None:
     options = StreamOptions.parse({"queue": QUEUE, "maxMessagesPerBatch": "500", "pollTimeout": "0.1"})
     assert (options.broker, options.max_messages_per_batch, options.poll_timeout) == ("tcp://localhost:30114", 500, 0.1)
+    defaults = StreamOptions.parse({"queue": QUEUE})
+    assert (defaults.max_messages_per_batch, defaults.max_bytes_per_batch, defaults.num_partitions) == (
+        200_000, 32 * 1024 * 1024, 2)
     write = WriteOptions.parse({"queue": QUEUE, "broker": "tcp://h:1", "propertyColumns": "a, b"})
     assert (write.broker, write.property_columns, write.guid_column) == ("tcp://h:1", ("a", "b"), None)
     read = ReadOptions.parse({"queue": QUEUE, "confirm": "false", "numPartitions": "3"})
@@ -119,6 +185,8 @@ def test_options_defaults_and_parsing() -> None:
         ({"queue": QUEUE, "maxMessagesPerBatch": "0"}, "maxMessagesPerBatch"),
         ({"queue": QUEUE, "maxMessagesPerBatch": "ten"}, "maxMessagesPerBatch"),
         ({"queue": QUEUE, "pollTimeout": "-1"}, "pollTimeout"),
+        ({"queue": QUEUE, "maxBytesPerBatch": str(2**31)}, "maxBytesPerBatch.*at most 1 GiB"),
+        ({"queue": QUEUE, "numPartitions": "0"}, "numPartitions"),
     ],
 )
 def test_bad_options_are_rejected_with_their_name(options: dict, text: str) -> None:
@@ -302,19 +370,18 @@ def test_read_schema_and_typed_property_columns() -> None:
     schema = read_struct(
         StructField("n", IntegerType()), StructField("tag", StringType()), StructField("raw", BinaryType())
     )
-    make = _schema.message_row_factory(schema)
+    make = _schema.message_batch_factory(schema)
     now = datetime.datetime.now(datetime.timezone.utc)
-    row = make(FakeMessage(3, {"n": 3, "raw": b"\x01\x02", "flag": True}), now)
-    assert row == (
-        b"m3",
-        {"n": "3", "raw": "0102", "flag": "true"},
-        (3).to_bytes(16, "big").hex().upper(),
-        QUEUE,
-        now,
-        3,
-        None,
-        b"\x01\x02",
-    )
+    records = make([FakeMessage(3, {"n": 3, "raw": b"\x01\x02", "flag": True}), FakeMessage(4)], now)
+    # Exactly the Arrow schema Spark expects of a Python data source with this schema, and
+    # buffers that Arrow accepts as valid.
+    assert records.schema.equals(to_arrow_schema(schema, timezone="UTC"))
+    records.validate(full=True)
+    assert rows_of([records]) == [
+        (b"m3", {"n": "3", "raw": "0102", "flag": "true"}, (3).to_bytes(16, "big").hex().upper(), QUEUE, now, 3, None,
+         b"\x01\x02"),
+        (b"m4", {}, (4).to_bytes(16, "big").hex().upper(), QUEUE, now, None, None, None),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -327,16 +394,16 @@ def test_read_schema_and_typed_property_columns() -> None:
     ],
 )
 def test_typed_integer_column_is_null_where_the_value_does_not_fit(data_type: Any, low: int, high: int) -> None:
-    make = _schema.message_row_factory(read_struct(StructField("n", data_type)))
+    make = _schema.message_batch_factory(read_struct(StructField("n", data_type)))
     now = datetime.datetime.now(datetime.timezone.utc)
 
-    def typed(value: Any) -> Any:
-        return make(FakeMessage(0, {"n": value}), now)[-1]
+    def typed(*values: Any) -> List[Any]:
+        return [row[-1] for row in rows_of([make([FakeMessage(0, {"n": value}) for value in values], now)])]
 
-    assert [typed(low), typed(high), typed(str(high)), typed(b"\x80")] == [low, high, high, -128]
+    assert typed(low, high, str(high), b"\x80") == [low, high, high, -128]
     too_wide = [low - 1, high + 1, str(high + 1), 2**40 if high < 2**40 else 2**64]
-    assert [typed(value) for value in too_wide] == [None] * 4
-    assert [typed(True), typed("x"), typed(b"ab")] == [None] * 3
+    assert typed(*too_wide) == [None] * 4
+    assert typed(True, "x", b"ab") == [None] * 3
 
 
 def test_read_schema_rejects_a_clash_and_a_foreign_schema() -> None:
@@ -353,33 +420,64 @@ def payloads(messages: List[FakeMessage]) -> List[bytes]:
     return [m.data for m in messages]
 
 
+def data(rows: List[tuple]) -> List[bytes]:
+    return [row[0] for row in rows]
+
+
+def names(first: int, end: int) -> List[bytes]:
+    return [f"m{i}".encode() for i in range(first, end)]
+
+
 def test_stream_reader_batches_replays_and_confirms_finished_batches(consumer: FakeConsumer) -> None:
     reader = stream_reader(per_batch=10)
     start = reader.initialOffset()
-    rows1, end1 = reader.read(start)
-    rows1 = list(rows1)
-    assert [r[0] for r in rows1] == [f"m{i}".encode() for i in range(10)]
+    rows1, end1 = take(reader, start)
+    assert data(rows1) == names(0, 10)
+    assert rows1[0][1:4] == ({"n": "0"}, bytes(16).hex().upper(), QUEUE)
     assert consumer.confirmed == []
-    # Exact replay of the uncommitted batch.
-    assert list(reader.readBetweenOffsets(start, end1)) == rows1
-    assert list(reader.readBetweenOffsets(start, end1)) == rows1
+    # Two partitions, cut the same way each time: Spark may ask for a range again.
+    assert len(reader.partitions(start, end1)) == 2
+    assert replay(reader, start, end1) == rows1
     reader.commit(end1)
-    assert payloads(consumer.confirmed) == [f"m{i}".encode() for i in range(10)]
-    rows2, end2 = reader.read(end1)
-    rows2 = list(rows2)
-    assert [r[0] for r in rows2] == [f"m{i}".encode() for i in range(10, 20)]
-    assert list(reader.readBetweenOffsets(end1, end2)) == rows2
+    assert payloads(consumer.confirmed) == names(0, 10)
+    rows2, end2 = take(reader, end1)
+    assert data(rows2) == names(10, 20)
+    assert replay(reader, end1, end2) == rows2
     assert len(consumer.confirmed) == 10
     # Spark asks for the next batch only once this one has ended: asking confirms it, even
     # without a commit (Spark commits a batch only when it plans the next one with data).
-    rows3, end3 = reader.read(end2)
-    assert len(consumer.confirmed) == 20 and len(list(rows3)) == 5
+    rows3, end3 = take(reader, end2)
+    assert len(consumer.confirmed) == 20 and data(rows3) == names(20, 25)
     reader.commit(end2)  # a late commit confirms nothing twice
     assert len(consumer.confirmed) == 20
     # An empty queue gives back the start offset: Spark plans no batch.
-    rows4, end4 = reader.read(end3)
-    assert list(rows4) == [] and end4 == end3
-    assert payloads(consumer.confirmed) == [f"m{i}".encode() for i in range(25)]
+    end4 = reader.latestOffset(end3, ReadAllAvailable())
+    assert end4 == end3 and reader.partitions(end3, end4) == []
+    assert payloads(consumer.confirmed) == names(0, 25)
+    reader.stop()
+
+
+def test_stream_reader_partitions_split_a_batch(consumer: FakeConsumer) -> None:
+    reader = stream_reader(per_batch=25, partitions=3)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    parts = reader.partitions(start, end)
+    sizes = [len(rows_of(reader.read(part))) for part in parts]
+    assert sizes == [9, 8, 8]
+    assert data(replay(reader, start, end)) == names(0, 25)
+    reader.stop()
+
+
+def test_stream_reader_prefetch_waits_for_messages_until_spark_asks(consumer: FakeConsumer) -> None:
+    reader = stream_reader(per_batch=30)
+    rows, offset = take(reader, reader.initialOffset())
+    assert data(rows) == names(0, 25)  # emptied the queue; the next batch is prefetched meanwhile
+    polls = consumer.empty_polls
+    consumer.wait_for_empty_polls(polls + 2)  # the prefetch saw gaps and kept waiting ...
+    consumer.deliver(FakeMessage(99))
+    rows, offset = take(reader, offset)  # ... so the message that came later is in the batch
+    assert data(rows) == [b"m99"]
+    reader.stop()
 
 
 def test_stream_reader_available_now_stops_at_the_first_read_that_gets_nothing(consumer: FakeConsumer) -> None:
@@ -391,91 +489,97 @@ def test_stream_reader_available_now_stops_at_the_first_read_that_gets_nothing(c
     offset = reader.initialOffset()
     sizes = []
     for _ in range(3):
-        rows, offset = reader.read(offset)
-        sizes.append(len(list(rows)))
+        rows, offset = take(reader, offset)
+        sizes.append(len(rows))
     assert sizes == [10, 10, 5]
     # Emptying the local inbox is not the end: the broker may still be delivering (flow control).
-    consumer.waiting.append(FakeMessage(98))
-    rows, offset = reader.read(offset)
-    assert [r[0] for r in rows] == [b"m98"]
-    rows, end = reader.read(offset)  # nothing came within pollTimeout, every batch confirmed
-    assert list(rows) == [] and end == offset  # Spark ends the run ...
+    consumer.deliver(FakeMessage(98))
+    rows, offset = take(reader, offset)
+    assert data(rows) == [b"m98"]
+    end = reader.latestOffset(offset, ReadAllAvailable())  # nothing came within pollTimeout ...
+    assert end == offset  # ... so Spark ends the run ...
     assert len(consumer.confirmed) == 26  # ... with every batch confirmed
-    consumer.waiting.append(FakeMessage(99))  # arrived after the run caught up with the queue
-    rows, end = reader.read(offset)
-    assert list(rows) == [] and end == offset
+    consumer.deliver(FakeMessage(99))  # arrived after the run caught up with the queue
+    assert reader.latestOffset(offset, ReadAllAvailable()) == offset
     assert payloads(consumer.waiting) == [b"m99"]
+    reader.stop()
 
 
 def test_stream_reader_without_available_now_keeps_reading(consumer: FakeConsumer) -> None:
     reader = stream_reader(per_batch=30)
-    rows, offset = reader.read(reader.initialOffset())
-    assert len(list(rows)) == 25  # emptied the queue
-    consumer.waiting.append(FakeMessage(99))
-    rows, _ = reader.read(offset)
-    assert [r[0] for r in rows] == [b"m99"]
+    rows, offset = take(reader, reader.initialOffset())
+    assert len(rows) == 25  # emptied the queue
+    assert reader.latestOffset(offset, ReadAllAvailable()) == offset
+    consumer.deliver(FakeMessage(99))
+    rows, _ = take(reader, offset)
+    assert data(rows) == [b"m99"]
+    reader.stop()
 
 
 def test_stream_reader_ignores_offsets_of_an_earlier_run(consumer: FakeConsumer) -> None:
     old = stream_reader()
     old_start = old.initialOffset()
-    _, old_end = old.read(old_start)
+    _, old_end = take(old, old_start)
+    old.stop()  # the driver died: the broker redelivers what the old session had not confirmed
     restarted = stream_reader()
     # The uncommitted batch of the earlier run is not replayed (the broker redelivers it) ...
-    assert list(restarted.readBetweenOffsets(old_start, old_end)) == []
+    assert restarted.partitions(old_start, old_end) == []
     restarted.commit(old_end)
     assert consumer.confirmed == []
-    # ... and reading continues from the earlier run's end offset.
-    rows, end = restarted.read(old_end)
-    assert len(list(rows)) == 10 and end["run"] != old_end["run"]
+    # ... and reading continues from the earlier run's end offset, with the redelivered messages.
+    rows, end = take(restarted, old_end)
+    assert data(rows) == names(0, 10) and end["run"] != old_end["run"]
+    restarted.stop()
 
 
 def test_a_pickled_stream_reader_is_a_fresh_reader(consumer: FakeConsumer) -> None:
-    import pickle
-
     reader = stream_reader()
     start = reader.initialOffset()
-    _, end = reader.read(start)
+    end = reader.latestOffset(start, ReadAllAvailable())
     copy = pickle.loads(pickle.dumps(reader))
-    assert list(copy.readBetweenOffsets(start, end)) == []
+    assert copy.partitions(start, end) == []
     assert copy.initialOffset()["run"] != start["run"]
+    reader.stop()
 
 
 def test_stream_reader_refuses_to_skip_an_uncommitted_batch(consumer: FakeConsumer) -> None:
     reader = stream_reader()
     start = reader.initialOffset()
-    reader.read(start)
+    reader.latestOffset(start, ReadAllAvailable())
     with pytest.raises(RuntimeError, match="seq"):
-        reader.read(start)
-
-
-def test_stream_reader_stop_closes_the_session(consumer: FakeConsumer) -> None:
-    reader = stream_reader()
-    reader.read(reader.initialOffset())
+        reader.latestOffset(start, ReadAllAvailable())
     reader.stop()
+
+
+def test_stream_reader_stop_closes_the_session_and_ends_the_prefetch(consumer: FakeConsumer) -> None:
+    reader = stream_reader()
+    reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    reader.stop()  # returns only once the prefetch has ended
     assert consumer.closed and consumer.confirmed == []
+    assert payloads(consumer.waiting) == names(0, 25)  # all of it goes back for redelivery
 
 
 # ---- batch reader -------------------------------------------------------------------------
 
 
-def test_batch_reader_splits_and_confirms_after_the_last_row(consumer: FakeConsumer) -> None:
+def test_batch_reader_splits_and_confirms_after_the_last_batch(consumer: FakeConsumer) -> None:
     options = ReadOptions.parse({"queue": QUEUE, "maxMessages": "21", "numPartitions": "2", "idleTimeout": "0.1"})
     reader = BlazingMQReader(options, read_struct())
     partitions = reader.partitions()
     assert [p.value for p in partitions] == [11, 10]
-    rows = reader.read(partitions[0])
-    taken = [next(rows) for _ in range(11)]
-    assert consumer.confirmed == []  # not before Spark has taken the last row
-    assert list(rows) == []
-    assert [m.data for m in consumer.confirmed] == [row[0] for row in taken]
+    batches = reader.read(partitions[0])
+    rows = rows_of([next(batches)])
+    assert data(rows) == names(0, 11)
+    assert consumer.confirmed == []  # not before Spark has taken the last batch
+    assert list(batches) == []
+    assert payloads(consumer.confirmed) == names(0, 11)
     assert consumer.closed
 
 
 def test_batch_reader_without_confirm_leaves_messages(consumer: FakeConsumer) -> None:
     options = ReadOptions.parse({"queue": QUEUE, "maxMessages": "100", "confirm": "false", "idleTimeout": "0.1"})
     reader = BlazingMQReader(options, read_struct())
-    assert len(list(reader.read(reader.partitions()[0]))) == 25
+    assert len(rows_of(reader.read(reader.partitions()[0]))) == 25
     assert consumer.confirmed == []
 
 
