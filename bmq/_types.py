@@ -180,6 +180,8 @@ class Message:
     @property
     def properties(self) -> Dict[str, Any]:
         """``{name: value}``; CHAR values are 1-byte ``bytes``, BINARY ``bytes``, STRING ``str``."""
+        if self._area is None:  # most messages: nothing to decode (a Spark read asks for every row)
+            return {}
         return {name: value for name, (_, value) in self._typed().items()}
 
     @property
