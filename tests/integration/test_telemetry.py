@@ -188,3 +188,30 @@ def test_without_the_api_turning_it_on_says_what_to_install(monkeypatch, broker)
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # import fails as if not installed
     with pytest.raises(bmq.InvalidArgumentError, match=r"pip install 'bmq\[otel\]'"):
         bmq.Session(broker.address, traced())
+
+
+def test_the_official_sdk_consumer_receives_the_trace_context(otel, broker_address):
+    """Any SDK that reads properties can continue the trace: the official one sees the
+    ``traceparent`` of bmq's send span as an ordinary STRING property."""
+    blazingmq = pytest.importorskip("blazingmq", reason="the official blazingmq SDK is not installed")
+    uri = fresh_uri(prefix="otel-official")
+    received: List[Dict[str, Any]] = []
+    done = threading.Event()
+
+    def on_message(message: Any, handle: Any) -> None:
+        received.append(dict(message.properties))
+        handle.confirm()
+        done.set()
+
+    consumer = blazingmq.Session(lambda event: None, on_message=on_message, broker=broker_address)
+    try:
+        consumer.open_queue(uri, read=True)
+        with bmq.Session(broker_address, traced()) as producer:
+            producer.open_queue(uri, write=True).post(b"to the official SDK", properties={"kind": "new"})
+        assert done.wait(10)
+    finally:
+        consumer.stop()
+    send, = otel.finished("send ")
+    trace_id, span_id = TRACEPARENT.match(received[0]["traceparent"]).groups()
+    assert (int(trace_id, 16), int(span_id, 16)) == (send.context.trace_id, send.context.span_id)
+    assert received[0]["kind"] == "new"
