@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from typing import List, Tuple
 
 import pytest
 
@@ -261,39 +262,44 @@ def test_retransmitted_guid_is_acked_without_a_second_copy(client: RawClient, br
     assert [m.payload for m in broker.queue_messages(PRIORITY)] == [b"once"]
 
 
-def test_dedup_window_expires(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> List[float]:
+    """The embedded broker's clock, frozen at 1,000 s: a test moves ``clock[0]`` itself."""
     from bmq.broker import _server
 
     now = [1000.0]
     monkeypatch.setattr(_server, "_clock", lambda: now[0])
-    uri = "bmq://short.dedup/q"
+    return now
+
+
+def _posted_once(broker: Broker, uri: str) -> Tuple[RawClient, bytes]:
+    """A writer-and-reader client that posted one acknowledged message ``b"m"``; its GUID."""
     c = writer_reader(broker, uri)
     guid = c.put_ids(1)
     c.put(0, [b"m"], guids=guid)
     c.acks(1)
+    return c, guid
+
+
+def test_dedup_window_expires(broker: Broker, clock: List[float]) -> None:
+    uri = "bmq://short.dedup/q"
+    c, guid = _posted_once(broker, uri)
     c.confirm(0, [c.pushes(1)[0][1]])
     assert broker.wait_for(lambda: not broker.queue_messages(uri), 5)
     c.put(0, [b"m"], guids=guid)  # consumed but still inside the window: a duplicate
     assert c.acks(1)[0][0] == 0
     assert c.expect_silence(_codec.EVENT_PUSH, 0.2)
-    now[0] += 0.002  # past the 1 ms window: a new message
+    clock[0] += 0.002  # past the 1 ms window: a new message
     c.put(0, [b"m"], guids=guid)
     c.acks(1)
     assert c.pushes(1)[0][1] == guid
 
 
-def test_message_held_past_its_dedup_window_is_a_duplicate_until_confirmed(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bmq.broker import _server
-
-    now = [1000.0]
-    monkeypatch.setattr(_server, "_clock", lambda: now[0])
+def test_message_held_past_its_dedup_window_is_a_duplicate_until_confirmed(broker: Broker, clock: List[float]) -> None:
     uri = "bmq://short.dedup/q"
-    c = writer_reader(broker, uri)
-    guid = c.put_ids(1)
-    c.put(0, [b"m"], guids=guid)
-    c.acks(1)
+    c, guid = _posted_once(broker, uri)
     assert c.pushes(1)[0][1] == guid  # delivered, not confirmed: still held
-    now[0] += 1.0  # far past the 1 ms window
+    clock[0] += 1.0  # far past the 1 ms window
     c.put(0, [b"m"], guids=guid)
     assert c.acks(1)[0][0] == 0
     assert c.expect_silence(_codec.EVENT_PUSH, 0.2)
