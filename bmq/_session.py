@@ -470,12 +470,11 @@ class Session:
             return self._puts.post(queue, payloads, properties, property_types, guids, self._guids, self._new_style,
                                    cast(CompressionAlgorithmType, algorithm).value, on_ack, asynchronous, single,
                                    trace)
-        except OutboxError:
-            self._check_running()  # stop() closed the outbox under us: say so
-            raise
         except BaseException as e:
             if trace is not None:
-                trace.end((), e)
+                trace.end((), e)  # nothing was sent: the span ends with the error
+            if isinstance(e, OutboxError):
+                self._check_running()  # stop() closed the outbox under us: say so
             raise
 
     def _resend_recovered(self, queue: Queue) -> None:
