@@ -16,7 +16,9 @@ def on_event(event: events.SessionEvent) -> None:
 
 def produce_and_consume(address: str) -> int:
     options = bmq.SessionOptions(ack_timeout=5.0, on_event=on_event,
-                                 reconnect=bmq.ReconnectPolicy(initial_delay=0.1, max_attempts=5))
+                                 reconnect=bmq.ReconnectPolicy(initial_delay=0.1, max_attempts=5),
+                                 stats_interval=60.0, on_stats=lambda stats: print(stats.table()),
+                                 opentelemetry=False)
     with bmq.Session(address, options) as session:
         queue: bmq.Queue = session.open_queue(
             "bmq://bmq.test.mem.priority/typed", read=True, write=True,
