@@ -89,7 +89,7 @@ class Deliveries:
             messages = list(messages)  # read twice: confirmed, then their spans ended
         items: List[Tuple[int, bytes, int]] = []
         # Messages mostly come queue by queue: each queue is checked (and counted) once per run.
-        runs: List[List[Any]] = []  # [queue counters, confirms]
+        runs: List[Tuple[Any, int]] = []  # (queue counters, index in items where its run starts)
         last = None
         queue_id = sub_id = 0
         for message in messages:
@@ -99,13 +99,9 @@ class Deliveries:
                     raise QueueStateError(f"a message of {queue.uri} from another session cannot be confirmed here")
                 if queue.state == QueueState.CLOSED:
                     raise QueueStateError(f"{queue.uri} is closed: cannot confirm")
-                if runs:
-                    runs[-1][1] = len(items) - runs[-1][1]
-                runs.append([queue._counters, len(items)])  # the run's start, then its length
+                runs.append((queue._counters, len(items)))
                 queue_id, sub_id, last = queue.queue_id, queue.sub_id, queue
             items.append((queue_id, message.guid, sub_id))
-        if runs:
-            runs[-1][1] = len(items) - runs[-1][1]
         if not items:
             return
         if conn is None:
@@ -118,8 +114,9 @@ class Deliveries:
             except ConnectionLost:
                 logger.info("connection lost: confirms dropped (the broker will redeliver)")
                 return
+        ends = [start for _, start in runs[1:]] + [len(items)]
         with self._lock:  # confirms come from any thread: one lock per call keeps counts exact
-            for queue_counters, count in runs:
-                queue_counters.confirmed += count
+            for (queue_counters, start), end in zip(runs, ends):
+                queue_counters.confirmed += end - start
         if self._telemetry is not None:
             self._telemetry.confirmed(messages)  # type: ignore[arg-type]

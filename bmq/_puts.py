@@ -336,28 +336,20 @@ class PendingPuts:
         # A message's deadline is its post time + ack_timeout: latency = now + ack_timeout - deadline.
         answered = time.monotonic() + self._options.ack_timeout
         last = None
-        freed = 0
         with self._lock:
             pop = self._pending.pop
-            # _settle inlined, and Ack made without NamedTuple's Python-level __new__: this loop
-            # runs once per message acknowledged.
+            settle = self._settle
+            # Once per message acknowledged: the Ack is made without NamedTuple's Python-level __new__.
             for status, _, guid, _ in _codec.iter_acks(event):
                 batch = pop(guid, None)
                 if batch is not None:
-                    i = batch.index[guid]
-                    ack = _new_tuple(Ack, (ACK_STATUS_FROM_WIRE[status], guid, batch.queue.uri))
-                    batch.acks[i] = ack
-                    freed += len(batch.payloads[i])
-                    batch.remaining -= 1
-                    if batch.futures is not None or batch.on_ack is not None or not batch.remaining:
-                        settled.append((batch, i, ack))
+                    settle(batch, guid, _new_tuple(Ack, (ACK_STATUS_FROM_WIRE[status], guid, batch.queue.uri)), settled)
                     if batch is not last:  # one latency sample per post call in this event
                         counters = batch.queue._counters
                         counters.latencies.append(answered - batch.deadline)
                         last = batch
                     counters.broker_answers[status] += 1
                     guids.append(guid)
-            self._bytes -= freed
             if guids:
                 self._room.notify_all()
         if self._outbox is not None and guids:

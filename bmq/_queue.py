@@ -277,10 +277,21 @@ class Queue:
         Raises:
             QueueStateError: not a reader, opened with ``on_message``, or closed.
         """
-        if not self.read or self._on_message is not None:
-            raise QueueStateError(f"{self.uri}: get() needs a queue opened with read=True and no on_message")
+        self._check_pull("get()")
         if self.state == QueueState.CLOSED:
             raise QueueStateError(f"{self.uri} is closed")
+        return self._take(timeout)
+
+    def _check_pull(self, call: str) -> None:
+        if not self.read or self._on_message is not None:
+            raise QueueStateError(f"{self.uri}: {call} needs a queue opened with read=True and no on_message")
+
+    def _take(self, timeout: Optional[float]) -> Optional[Message]:
+        """The next message from the inbox, None after ``timeout``.
+
+        Raises:
+            QueueStateError: the queue closed.
+        """
         try:
             item = self._inbox.get(timeout=timeout)
         except _stdqueue.Empty:
@@ -297,17 +308,13 @@ class Queue:
         Args:
             timeout: seconds of silence that end the iteration; None never ends it by time.
         """
-        # get() inlined: this loop runs once per message.
-        if not self.read or self._on_message is not None:
-            raise QueueStateError(f"{self.uri}: messages() needs a queue opened with read=True and no on_message")
-        inbox = self._inbox
+        self._check_pull("messages()")  # once, not per message as get() would
         while self.state != QueueState.CLOSED:
             try:
-                message = inbox.get(timeout=timeout)
-            except _stdqueue.Empty:
+                message = self._take(timeout)
+            except QueueStateError:
                 return
-            if message is _CLOSED_SENTINEL:
-                inbox.put(message)  # wake every other getter too
+            if message is None:
                 return
             yield message
 

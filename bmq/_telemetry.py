@@ -37,12 +37,12 @@ SYSTEM = "blazingmq"
 
 def _import_api() -> Any:
     try:
-        from opentelemetry import context, metrics, propagate, trace
+        from opentelemetry import metrics, propagate, trace
     except ImportError as e:
         raise InvalidArgumentError(
             "SessionOptions(opentelemetry=True) needs the OpenTelemetry API: pip install 'bmq[otel]' "
             f"(or opentelemetry-api) ({e})") from None
-    return context, metrics, propagate, trace
+    return metrics, propagate, trace
 
 
 class SendTrace:
@@ -112,7 +112,7 @@ class Telemetry:
     """
 
     def __init__(self, host: str, port: int) -> None:
-        _, metrics, self._propagate, self._trace = _import_api()
+        metrics, self._propagate, self._trace = _import_api()
         self._tracer = self._trace.get_tracer("bmq", __version__)
         meter = metrics.get_meter("bmq", __version__)
         self.status_error = self._trace.StatusCode.ERROR
@@ -126,16 +126,18 @@ class Telemetry:
         self.process_duration = meter.create_histogram(
             "messaging.process.duration", unit="s", description="From a message's delivery to its confirm")
 
-    @staticmethod
-    def _destination(uri: str) -> str:
-        return uri.split("?", 1)[0]
+    def _common(self, uri: str, operation: str) -> Tuple[str, Dict[str, Any]]:
+        """The destination (the URI without ``?id=``) and the attributes every span and
+        measurement of ``operation`` on it carries."""
+        destination = uri.split("?", 1)[0]
+        return destination, {"messaging.system": SYSTEM, "messaging.destination.name": destination,
+                             "messaging.operation.name": operation, "messaging.operation.type": operation,
+                             **self._server}
 
     def start_send(self, uri: str, payloads: Sequence[Any], properties: Any) -> Tuple[SendTrace, Any]:
         """Start the producer span of a post call; returns it and the properties carrying its
         context (the caller's own ``traceparent``, if any, is left as it is)."""
-        destination = self._destination(uri)
-        attributes = {"messaging.system": SYSTEM, "messaging.destination.name": destination,
-                      "messaging.operation.name": "send", "messaging.operation.type": "send", **self._server}
+        destination, attributes = self._common(uri, "send")
         span = self._tracer.start_span(f"send {destination}", kind=self._trace.SpanKind.PRODUCER,
                                        attributes=attributes)
         count = len(payloads)
@@ -154,9 +156,7 @@ class Telemetry:
     def delivered(self, message: Message, pull: bool) -> None:
         """Reader thread: start the consumer span of ``message`` (kept on it until its confirm)."""
         operation = "receive" if pull else "process"
-        destination = self._destination(message.queue_uri)
-        attributes = {"messaging.system": SYSTEM, "messaging.destination.name": destination,
-                      "messaging.operation.name": operation, "messaging.operation.type": operation, **self._server}
+        destination, attributes = self._common(message.queue_uri, operation)
         app_id = message._queue.app_id
         if app_id is not None:
             attributes["messaging.consumer.group.name"] = app_id
