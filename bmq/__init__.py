@@ -47,7 +47,16 @@ from ._session import Session
 from ._stats import QueueStats, SessionStats
 from ._uri import QueueUri, parse_uri
 from ._version import __version__
-from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, PropertyType, QueueState, SessionState
+from ._types import (
+    Ack,
+    AckStatus,
+    CompressionAlgorithmType,
+    Message,
+    MessageBatch,
+    PropertyType,
+    QueueState,
+    SessionState,
+)
 from .exceptions import *  # noqa: F401,F403
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -56,6 +65,7 @@ __all__ = [
     "Session",
     "Queue",
     "Message",
+    "MessageBatch",
     "Ack",
     "AckStatus",
     "PropertyType",

@@ -9,7 +9,7 @@ Thread-safety: every function is safe from any thread; a :class:`FrameReader` or
 :class:`GuidGenerator` instance may be shared only under the caller's lock (the generator
 is internally locked, the frame reader is not).
 """
-from typing import Any, Final, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Final, Mapping, Optional, Sequence, Tuple, Union
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -193,6 +193,18 @@ def iter_push_messages(event: Buffer) -> list[PushMessage]:
     sub_queue_ids from SUB_QUEUE_INFOS (packed or not), else SUB_QUEUE_IDS_OLD, else (0,).
     Accepts PushHeader HeaderWords >= 7. IMPLICIT_PAYLOAD gives payload b""."""
 
+# (queue_id, sub_queue_ids, count, guids, payloads, offsets, areas); areas: {index: (area, new_style)}
+PushRun = Tuple[int, Tuple[int, ...], int, bytes, bytes, bytes, Optional[Dict[int, Tuple[bytes, bool]]]]
+
+def push_columns(event: Buffer) -> list[PushRun]:
+    """The messages of a PUSH event column by column, in runs of consecutive messages for
+    one queue id and sub-queue ids: GUIDs back to back, payloads (decompressed) back to
+    back, ``count + 1`` native int32 payload offsets from 0 (Arrow's binary layout), and the
+    properties areas of the messages that have some. Same checks as iter_push_messages."""
+
+def join_offsets(parts: Sequence[Buffer]) -> bytes:
+    """Offsets of several runs end to end; each part is ``count + 1`` int32 from any base."""
+
 # ---- ACK (§3) and CONFIRM (§5) -------------------------------------------------------
 AckSpec = Tuple[int, int, bytes, int]  # (status, correlation_id, guid, queue_id)
 
@@ -204,3 +216,5 @@ ConfirmSpec = Tuple[int, bytes, int]  # (queue_id, guid, sub_queue_id)
 
 def build_confirm_event(confirms: Sequence[ConfirmSpec]) -> bytes: ...
 def iter_confirms(event: Buffer) -> list[ConfirmSpec]: ...
+def build_confirm_run(queue_id: int, guids: Buffer, sub_queue_id: int) -> bytes:
+    """A CONFIRM event for every 16-byte GUID of ``guids``, all of one queue and sub-queue."""

@@ -21,7 +21,7 @@ from ._connection import Connection
 from ._queue import Queue
 from ._registry import QueueRegistry
 from ._telemetry import Telemetry
-from ._types import Message, QueueState
+from ._types import Message, MessageBatch, QueueState
 from .exceptions import ConnectionLost, QueueStateError
 
 __all__ = ["Deliveries"]
@@ -50,9 +50,23 @@ class Deliveries:
         self._lock = lock
         self._write_timeout = write_timeout
         self._telemetry = telemetry
+        #: Set once a queue of the session takes batches (Queue.get_batch): PUSH events are
+        #: then decoded column by column (readers of single messages get them from the batch).
+        self.by_columns = False
+
+    def _sole_reader(self, queue_id: int, sid: int) -> Optional[Queue]:
+        """The reader of a PUSH whose subscription id is not registered (None: dropped)."""
+        with self._lock:
+            target = self._registry.sole_reader(queue_id)
+        if target is None:
+            logger.warning("PUSH for unknown queue %d / subscription %d dropped", queue_id, sid)
+        return target
 
     def handle_push(self, event: bytes) -> None:
         """Reader thread: deliver every message of a PUSH event to the queue it is for."""
+        if self.by_columns:
+            self._handle_push_columns(event)
+            return
         readers = self._registry.readers
         telemetry = self._telemetry
         # Consecutive messages for one queue are handed over together (one call, one count).
@@ -62,10 +76,8 @@ class Deliveries:
             for sid in sub_ids:
                 target = readers.get((queue_id, sid))
                 if target is None:
-                    with self._lock:
-                        target = self._registry.sole_reader(queue_id)
+                    target = self._sole_reader(queue_id, sid)
                     if target is None:
-                        logger.warning("PUSH for unknown queue %d / subscription %d dropped", queue_id, sid)
                         continue
                 if target is not queue:
                     if run:
@@ -77,6 +89,27 @@ class Deliveries:
                 run.append(message)
         if run:
             queue._deliver(run)  # type: ignore[union-attr]
+
+    def _handle_push_columns(self, event: bytes) -> None:
+        """:meth:`handle_push` for a session with batch readers: one MessageBatch per run of
+        messages for one queue (a reader of single messages gets the batch's messages)."""
+        readers = self._registry.readers
+        for queue_id, sub_ids, _, guids, payloads, offsets, areas in _codec.push_columns(event):
+            for sid in sub_ids:
+                target = readers.get((queue_id, sid))
+                if target is None:
+                    target = self._sole_reader(queue_id, sid)
+                    if target is None:
+                        continue
+                batch = MessageBatch(target, guids, payloads, offsets, areas)
+                if target.batches:
+                    target._deliver_batch(batch)
+                    continue
+                messages = batch.messages()
+                if self._telemetry is not None:
+                    for message in messages:
+                        self._telemetry.delivered(message, target._on_message is None)
+                target._deliver(messages)
 
     def confirm(self, messages: Iterable[Message], conn: Optional[Connection]) -> None:
         """CONFIRM ``messages`` on ``conn`` (None: not connected, they are dropped).
@@ -95,10 +128,7 @@ class Deliveries:
         for message in messages:
             queue = message._queue
             if queue is not last:
-                if queue._session is not self._owner:
-                    raise QueueStateError(f"a message of {queue.uri} from another session cannot be confirmed here")
-                if queue.state == QueueState.CLOSED:
-                    raise QueueStateError(f"{queue.uri} is closed: cannot confirm")
+                self._check_confirmable(queue)
                 runs.append((queue._counters, len(items)))
                 queue_id, sub_id, last = queue.queue_id, queue.sub_id, queue
             items.append((queue_id, message.guid, sub_id))
@@ -120,3 +150,27 @@ class Deliveries:
                 queue_counters.confirmed += end - start
         if self._telemetry is not None:
             self._telemetry.confirmed(messages)  # type: ignore[arg-type]
+
+    def confirm_batch(self, batch: MessageBatch, conn: Optional[Connection]) -> None:
+        """CONFIRM every message of ``batch`` on ``conn`` (see :meth:`confirm`)."""
+        queue = batch._queue
+        self._check_confirmable(queue)
+        if conn is None:
+            logger.info("not connected: %d confirm(s) dropped (the broker will redeliver)", len(batch))
+            return
+        step = 16 * _CONFIRM_CHUNK
+        for start in range(0, len(batch.guids), step):
+            data = _codec.build_confirm_run(queue.queue_id, batch.guids[start:start + step], queue.sub_id)
+            try:
+                conn.transport.send(data, self._write_timeout, coalesce=True)
+            except ConnectionLost:
+                logger.info("connection lost: confirms dropped (the broker will redeliver)")
+                return
+        with self._lock:
+            queue._counters.confirmed += len(batch)
+
+    def _check_confirmable(self, queue: Queue) -> None:
+        if queue._session is not self._owner:
+            raise QueueStateError(f"a message of {queue.uri} from another session cannot be confirmed here")
+        if queue.state == QueueState.CLOSED:
+            raise QueueStateError(f"{queue.uri} is closed: cannot confirm")

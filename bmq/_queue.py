@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import queue as _stdqueue
+import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from ._protocol import queue_flags
 from ._stats import QueueCounters
 from ._options import QueueOptions
-from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, PropertyType, QueueState
+from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, MessageBatch, PropertyType, QueueState
 from ._uri import QueueUri
-from .exceptions import ArgumentTypeError, PostError, QueueStateError
+from .exceptions import ArgumentTypeError, InvalidArgumentError, PostError, QueueStateError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._session import Session
@@ -75,6 +76,7 @@ class Queue:
         on_message: Optional[OnMessage],
         queue_id: int,
         sub_id: int,
+        batches: bool = False,
     ) -> None:
         self._session = session
         self._parsed = parsed
@@ -90,6 +92,10 @@ class Queue:
         self.suspended = False
         self.subscription_ids: List[int] = []
         self._inbox: "_stdqueue.SimpleQueue[Any]" = _stdqueue.SimpleQueue()
+        #: Messages arrive as MessageBatch objects (get_batch), not one Message each.
+        self.batches = batches
+        self._take_lock = threading.Lock()  # get_batch: one taker at a time, for _rest
+        self._rest: Optional[MessageBatch] = None  # what get_batch took beyond its limits
 
     def __repr__(self) -> str:
         mode = "".join(flag for flag, on in (("r", self.read), ("w", self.write)) if on)
@@ -280,14 +286,19 @@ class Queue:
         self._check_pull("get()")
         if self.state == QueueState.CLOSED:
             raise QueueStateError(f"{self.uri} is closed")
-        return self._take(timeout)
+        message: Optional[Message] = self._take(timeout)
+        return message
 
-    def _check_pull(self, call: str) -> None:
+    def _check_pull(self, call: str, batches: bool = False) -> None:
         if not self.read or self._on_message is not None:
             raise QueueStateError(f"{self.uri}: {call} needs a queue opened with read=True and no on_message")
+        if self.batches != batches:
+            needs = "opened with batches=True" if batches else "opened without batches=True (use get_batch())"
+            raise QueueStateError(f"{self.uri}: {call} needs a queue {needs}")
 
-    def _take(self, timeout: Optional[float]) -> Optional[Message]:
-        """The next message from the inbox, None after ``timeout``.
+    def _take(self, timeout: Optional[float]) -> Any:
+        """The next message from the inbox (a MessageBatch on a ``batches`` queue), None after
+        ``timeout``.
 
         Raises:
             QueueStateError: the queue closed.
@@ -318,6 +329,59 @@ class Queue:
                 return
             yield message
 
+    def get_batch(
+        self,
+        max_messages: int = 10_000,
+        timeout: Optional[float] = None,
+        *,
+        max_bytes: Optional[int] = None,
+    ) -> Optional[MessageBatch]:
+        """The messages that have arrived, as one :class:`bmq.MessageBatch` (a queue opened
+        with ``batches=True``), or None when none arrives within ``timeout``.
+
+        Waits for a first message, then takes what has already arrived, without waiting more,
+        up to ``max_messages`` and ``max_bytes`` of payload (at least one message, whatever its
+        size). Messages beyond the limits stay for the next call, in order.
+
+        Args:
+            max_messages: most messages to return.
+            timeout: seconds to wait for a first message; None waits until one arrives.
+            max_bytes: most payload bytes to return; None for no limit.
+
+        Raises:
+            QueueStateError: not opened with ``batches=True``, or closed.
+            InvalidArgumentError: ``max_messages`` or ``max_bytes`` not positive.
+        """
+        self._check_pull("get_batch()", batches=True)
+        if max_messages <= 0 or (max_bytes is not None and max_bytes <= 0):
+            raise InvalidArgumentError(f"get_batch: max_messages ({max_messages}) and max_bytes ({max_bytes}) "
+                                       "must be positive")
+        if self.state == QueueState.CLOSED:
+            raise QueueStateError(f"{self.uri} is closed")
+        with self._take_lock:
+            first, self._rest = self._rest, None
+            if first is None:
+                first = self._take(timeout)
+                if first is None:
+                    return None
+            parts = [first]
+            count, size = len(first), len(first.payloads)
+            while count < max_messages and (max_bytes is None or size < max_bytes):
+                try:
+                    part = self._inbox.get_nowait()
+                except _stdqueue.Empty:
+                    break
+                if part is _CLOSED_SENTINEL:
+                    self._inbox.put(part)  # for the next call (and every other getter)
+                    break
+                parts.append(part)
+                count, size = count + len(part), size + len(part.payloads)
+            batch = MessageBatch.join(parts)
+            keep = min(max_messages, batch._count_within(max_bytes) if max_bytes is not None else count) or 1
+            if keep < len(batch):
+                batch, self._rest = batch._split(keep)
+            return batch
+
     def confirm_many(self, messages: Iterable[Message]) -> None:
         """Confirm messages of this queue in one CONFIRM event (see :meth:`Message.confirm`)."""
         self._confirm(tuple(messages))
@@ -336,6 +400,11 @@ class Queue:
             dispatch, on_message = self._session._dispatch, self._on_message
             for message in messages:
                 dispatch(on_message, message)
+
+    def _deliver_batch(self, batch: MessageBatch) -> None:
+        """Reader thread: hand a batch to get_batch()."""
+        self._counters.pushed += len(batch)
+        self._inbox.put(batch)
 
     def _mark_closed(self) -> None:
         self.state = QueueState.CLOSED

@@ -30,7 +30,7 @@ from ._stats import SessionStats
 from ._telemetry import Telemetry
 from ._requests import ControlRequests, Request
 from ._transport import parse_broker_address
-from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, QueueState, SessionState
+from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, MessageBatch, QueueState, SessionState
 from ._uri import parse_uri
 from .exceptions import (
     BrokerError,
@@ -266,6 +266,7 @@ class Session:
         options: Optional[QueueOptions] = None,
         on_message: Optional[Callable[[Message], None]] = None,
         timeout: Optional[float] = None,
+        batches: bool = False,
     ) -> Queue:
         """Open a queue (OpenQueue, then ConfigureStream for readers) and return its handle.
 
@@ -276,13 +277,18 @@ class Session:
             options: :class:`bmq.QueueOptions` (defaults when None).
             on_message: push mode: called with each :class:`bmq.Message` on the dispatcher thread.
             timeout: seconds; default ``open_queue_timeout``.
+            batches: pull mode in batches: messages arrive as :class:`bmq.MessageBatch`
+                objects, taken with :meth:`Queue.get_batch` (no Python object per message: the
+                fastest way to consume, e.g. into Arrow); needs ``read`` and no ``on_message``.
+                Such messages get no OpenTelemetry consumer span.
 
         Returns:
             The open :class:`bmq.Queue`.
 
         Raises:
             InvalidURIError: bad URI syntax. InvalidArgumentError: neither read nor write, a
-                writer with ``?id=``, or ``on_message`` without read.
+                writer with ``?id=``, ``on_message`` without read, or ``batches`` without read
+                or with ``on_message``.
             QueueStateError: this URI is already open in this session.
             BrokerError: the broker refused. TimeoutError: no answer within ``timeout``.
             SessionClosedError: the session is stopped.
@@ -294,6 +300,8 @@ class Session:
             raise InvalidArgumentError(f"{uri}: a queue with '?id=' can only be opened for reading")
         if on_message is not None and not read:
             raise InvalidArgumentError("on_message needs read=True")
+        if batches and (not read or on_message is not None):
+            raise InvalidArgumentError("batches=True needs read=True and no on_message")
         timeout = self.options.open_queue_timeout if timeout is None else timeout
         if on_message is not None and self._telemetry is not None:
             on_message = self._telemetry.wrap_on_message(on_message)
@@ -309,8 +317,11 @@ class Session:
                 on_message=on_message,
                 queue_id=queue_id,
                 sub_id=sub_id,
+                batches=batches,
             )
             self._queues.add(queue)
+            if batches:
+                self._deliveries.by_columns = True
         deadline = time.monotonic() + timeout
         generation = self._generation
         try:
@@ -512,6 +523,11 @@ class Session:
         """
         self._check_running()
         self._deliveries.confirm(messages, self._conn)
+
+    def _confirm_batch(self, batch: MessageBatch) -> None:
+        """:meth:`MessageBatch.confirm`: same rules as :meth:`confirm_many`."""
+        self._check_running()
+        self._deliveries.confirm_batch(batch, self._conn)
 
     # ---- statistics -------------------------------------------------------------------
     def stats(self) -> SessionStats:

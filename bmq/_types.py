@@ -1,15 +1,17 @@
-"""Value types of the public API: Ack, AckStatus, Message, PropertyType, CompressionAlgorithmType."""
+"""Value types of the public API: Ack, AckStatus, Message, MessageBatch, PropertyType,
+CompressionAlgorithmType."""
 from __future__ import annotations
 
 from enum import Enum, IntEnum
-from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple
+import bisect
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _codec
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._queue import Queue
 
-__all__ = ["Ack", "AckStatus", "Message", "PropertyType", "CompressionAlgorithmType"]
+__all__ = ["Ack", "AckStatus", "Message", "MessageBatch", "PropertyType", "CompressionAlgorithmType"]
 
 
 class AckStatus(Enum):
@@ -208,3 +210,150 @@ class Message:
 
     def __repr__(self) -> str:
         return f"Message(queue_uri={self.queue_uri!r}, guid={self.guid_hex}, data={self.data[:32]!r})"
+
+
+# (properties area, new-style properties) of the messages of a batch that have properties.
+_Areas = Optional[Dict[int, Tuple[bytes, bool]]]
+
+
+class MessageBatch:
+    """Messages received together on a queue opened with ``batches=True``, column by column.
+
+    A batch keeps the payloads of its messages in one buffer and their GUIDs in another, so
+    taking, converting (to Arrow, NumPy, a file) and confirming tens of thousands of messages
+    costs a few calls instead of a Python object per message. :meth:`messages` gives
+    :class:`Message` objects where they are wanted.
+
+    Attributes:
+        payloads: every payload, back to back (decompressed).
+        guids: the 16-byte GUIDs, back to back.
+        queue_uri: the URI of the queue the messages were received on.
+
+    Thread-safety: immutable; :meth:`confirm` may be called from any thread.
+    """
+
+    __slots__ = ("payloads", "guids", "_offsets", "_areas", "_queue")
+
+    def __init__(self, queue: "Queue", guids: bytes, payloads: bytes, offsets: bytes, areas: _Areas) -> None:
+        self._queue = queue
+        self.guids = guids
+        self.payloads = payloads
+        self._offsets = offsets
+        self._areas = areas
+
+    @classmethod
+    def join(cls, batches: Sequence["MessageBatch"]) -> "MessageBatch":
+        """One batch of the messages of ``batches`` (of one queue), in order.
+
+        Raises:
+            ValueError: no batches, or batches of different queues.
+        """
+        if not batches:
+            raise ValueError("MessageBatch.join needs at least one batch")
+        queue = batches[0]._queue
+        if any(batch._queue is not queue for batch in batches):
+            raise ValueError("MessageBatch.join: the batches come from different queues")
+        if len(batches) == 1:
+            return batches[0]
+        areas: Dict[int, Tuple[bytes, bool]] = {}
+        base = 0
+        for batch in batches:
+            if batch._areas:
+                areas.update((base + index, area) for index, area in batch._areas.items())
+            base += len(batch)
+        return cls(
+            queue,
+            b"".join([batch.guids for batch in batches]),
+            b"".join([batch.payloads for batch in batches]),
+            _codec.join_offsets([batch._offsets for batch in batches]),
+            areas or None,
+        )
+
+    def __len__(self) -> int:
+        return len(self.guids) >> 4
+
+    @property
+    def offsets(self) -> memoryview:
+        """``len(batch) + 1`` native-endian int32 (format ``"i"``): message ``i``'s payload is
+        ``payloads[offsets[i]:offsets[i + 1]]``.
+
+        With :attr:`payloads` this is the layout of an Arrow binary column:
+        ``pyarrow.Array.from_buffers(pyarrow.binary(), len(batch), [None,
+        pyarrow.py_buffer(batch.offsets), pyarrow.py_buffer(batch.payloads)])`` wraps them
+        without a copy.
+        """
+        return memoryview(self._offsets).cast("i")
+
+    @property
+    def queue_uri(self) -> str:
+        """The URI of the queue the messages were received on."""
+        return self._queue.uri
+
+    @property
+    def has_properties(self) -> bool:
+        """True when some message of the batch has properties."""
+        return bool(self._areas)
+
+    def _index(self, index: int) -> int:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"message {index} of a batch of {len(self)}")
+        return index % len(self)
+
+    def payload(self, index: int) -> bytes:
+        """The payload of message ``index``."""
+        index = self._index(index)
+        offsets = self.offsets
+        return self.payloads[offsets[index]:offsets[index + 1]]
+
+    def guid(self, index: int) -> bytes:
+        """The 16-byte GUID of message ``index``."""
+        index = self._index(index)
+        return self.guids[16 * index:16 * index + 16]
+
+    def properties(self, index: int) -> Dict[str, Any]:
+        """The properties of message ``index`` (see :attr:`Message.properties`)."""
+        return self._message(index).properties
+
+    def all_properties(self) -> List[Dict[str, Any]]:
+        """The properties of every message, in order (an empty dict for one without)."""
+        areas = self._areas or {}
+        return [self.properties(index) if index in areas else {} for index in range(len(self))]
+
+    def messages(self) -> List[Message]:
+        """The batch as :class:`Message` objects (each one confirmable on its own)."""
+        return [self._message(index) for index in range(len(self))]
+
+    def _message(self, index: int) -> Message:
+        area, new_style = (self._areas or {}).get(self._index(index), (None, False))
+        return Message(self.payload(index), self.guid(index), self._queue, area, new_style)
+
+    def confirm(self) -> None:
+        """Confirm every message of the batch (see :meth:`Message.confirm`), in as few CONFIRM
+        events as the protocol allows.
+
+        Raises:
+            SessionClosedError: the session is stopped.
+            QueueStateError: the queue is closed.
+        """
+        self._queue._session._confirm_batch(self)
+
+    def _split(self, count: int) -> Tuple["MessageBatch", "MessageBatch"]:
+        """The first ``count`` messages and the rest (0 < count < len(self))."""
+        offsets = self.offsets
+        cut = offsets[count]
+        head_areas = tail_areas = None
+        if self._areas:
+            head_areas = {index: area for index, area in self._areas.items() if index < count} or None
+            tail_areas = {index - count: area for index, area in self._areas.items() if index >= count} or None
+        head = MessageBatch(self._queue, self.guids[:16 * count], self.payloads[:cut],
+                            self._offsets[:4 * (count + 1)], head_areas)
+        tail = MessageBatch(self._queue, self.guids[16 * count:], self.payloads[cut:],
+                            _codec.join_offsets([self._offsets[4 * count:]]), tail_areas)
+        return head, tail
+
+    def _count_within(self, size: int) -> int:
+        """How many messages from the first have payloads totalling at most ``size`` bytes."""
+        return bisect.bisect_right(self.offsets, size) - 1
+
+    def __repr__(self) -> str:
+        return f"MessageBatch(queue_uri={self.queue_uri!r}, messages={len(self)}, bytes={len(self.payloads)})"

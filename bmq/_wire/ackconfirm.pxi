@@ -112,6 +112,35 @@ def build_confirm_event(confirms):
     return out
 
 
+def build_confirm_run(int64_t queue_id, guids, int64_t sub_queue_id):
+    """A CONFIRM event for every 16-byte GUID in ``guids`` (back to back), all of one queue
+    id and sub-queue id (§5): a batch of received messages confirmed without a tuple each.
+
+    Raises:
+        ValueError: ``guids`` empty or not a multiple of 16 bytes, ids outside 32 bits.
+    """
+    cdef Input inp
+    cdef Py_ssize_t n, i
+    cdef unsigned char *p
+    cdef bytes out
+    cdef uint32_t qid = <uint32_t>as_uint32_or_int32(queue_id, "queue id")
+    cdef uint32_t sid = <uint32_t>as_uint32_or_int32(sub_queue_id, "sub-queue id")
+    in_acquire(&inp, guids)
+    try:
+        if inp.size == 0 or inp.size % 16:
+            raise ValueError(f"guids of {inp.size} bytes: need a positive multiple of 16")
+        n = inp.size // 16
+        out = new_record_event(C_EVENT_CONFIRM, n, &p)
+        for i in range(n):
+            bmq_store_be32(p, qid)
+            memcpy(p + 4, inp.data + 16 * i, 16)
+            bmq_store_be32(p + 20, sid)
+            p += C_RECORD_SIZE
+        return out
+    finally:
+        in_release(&inp)
+
+
 def iter_confirms(event):
     """``(queue_id, guid, sub_queue_id)`` of every record of a CONFIRM event.
 

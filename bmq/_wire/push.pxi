@@ -167,6 +167,58 @@ cdef tuple parse_options(Reader *r, const unsigned char *p, Py_ssize_t n, Py_ssi
     return DEFAULT_SUB_QUEUE_IDS
 
 
+cdef struct PushView:
+    # One PUSH message whose header was checked by read_push (offsets into the event).
+    const unsigned char *h
+    Py_ssize_t start
+    Py_ssize_t app_at
+    Py_ssize_t app_len  # unpadded appData length (0 with IMPLICIT_PAYLOAD)
+    int flags
+    int cat
+    int schema
+
+
+cdef tuple read_push(Reader *r, PushView *m):
+    """Check the PUSH message at the cursor, fill ``m``, move past it; its sub-queue ids."""
+    cdef Py_ssize_t msg_len, header_len, options_len
+    cdef uint32_t w0, w1
+    cdef tuple ids
+    m.start = r.pos
+    m.h = rd_take(r, 8, "PushHeader")
+    w0 = bmq_load_be32(m.h)
+    w1 = bmq_load_be32(m.h + 4)
+    m.flags = w0 >> 28
+    msg_len = 4 * <Py_ssize_t>(w0 & C_MAX_MESSAGE_WORDS)
+    options_len = 4 * <Py_ssize_t>(w1 >> 8)
+    m.cat = (w1 >> 5) & 7
+    header_len = 4 * <Py_ssize_t>(w1 & 0x1F)
+    if header_len < 4 * C_PUSH_MIN_HEADER_WORDS:
+        _protocol_error(f"PushHeader of {header_len} bytes", r.event_type, m.start + 4)
+    if msg_len > r.end - m.start or header_len + options_len > msg_len:
+        _protocol_error(f"PUSH message of {msg_len} bytes overruns the event", r.event_type, m.start)
+    if m.flags & ~C_PUSH_VALID_FLAGS:
+        _protocol_error(f"PUSH flags 0x{m.flags:x}", r.event_type, m.start)
+    if m.cat > C_COMPRESSION_ZLIB:
+        _protocol_error(f"unknown compression type {m.cat}", r.event_type, m.start + 7)
+    m.schema = bmq_load_be16(m.h + 28) if header_len >= C_PUSH_HEADER_SIZE else 0
+    ids = parse_options(r, m.h + header_len, options_len, m.start + header_len) if options_len \
+        else DEFAULT_SUB_QUEUE_IDS
+    m.app_at = header_len + options_len
+    if m.flags & C_PUSH_IMPLICIT_PAYLOAD:
+        m.app_len = 0
+    else:
+        m.app_len = unpadded_len(r, m.h + m.app_at, msg_len - m.app_at, m.start + m.app_at)
+    r.pos = m.start + msg_len
+    return ids
+
+
+cdef inline tuple push_split(Reader *r, PushView *m):
+    """``(properties_area or None, payload)`` of a message read by read_push."""
+    if m.flags & C_PUSH_IMPLICIT_PAYLOAD:
+        return (None, b"")
+    return split_payload(r, m.h + m.app_at, m.app_len, m.flags, m.cat, m.schema, m.start + m.app_at)
+
+
 def iter_push_messages(event):
     """Every message of a PUSH event as ``(queue_id, guid, sub_queue_ids, flags,
     properties_area or None, new_style_properties, payload)``, payload decompressed.
@@ -179,11 +231,8 @@ def iter_push_messages(event):
     """
     cdef Input inp
     cdef Reader r
+    cdef PushView m
     cdef list out = []
-    cdef const unsigned char *h
-    cdef Py_ssize_t start, msg_len, header_len, options_len, app_len, app_at
-    cdef uint32_t w0, w1
-    cdef int flags, cat, schema
     cdef tuple ids, split
     in_acquire(&inp, event)
     try:
@@ -191,35 +240,157 @@ def iter_push_messages(event):
         if r.pos == r.end:
             _protocol_error("PUSH event without messages", r.event_type, r.pos)
         while r.pos < r.end:
-            start = r.pos
-            h = rd_take(&r, 8, "PushHeader")
-            w0 = bmq_load_be32(h)
-            w1 = bmq_load_be32(h + 4)
-            flags = w0 >> 28
-            msg_len = 4 * <Py_ssize_t>(w0 & C_MAX_MESSAGE_WORDS)
-            options_len = 4 * <Py_ssize_t>(w1 >> 8)
-            cat = (w1 >> 5) & 7
-            header_len = 4 * <Py_ssize_t>(w1 & 0x1F)
-            if header_len < 4 * C_PUSH_MIN_HEADER_WORDS:
-                _protocol_error(f"PushHeader of {header_len} bytes", r.event_type, start + 4)
-            if msg_len > r.end - start or header_len + options_len > msg_len:
-                _protocol_error(f"PUSH message of {msg_len} bytes overruns the event", r.event_type, start)
-            if flags & ~C_PUSH_VALID_FLAGS:
-                _protocol_error(f"PUSH flags 0x{flags:x}", r.event_type, start)
-            if cat > C_COMPRESSION_ZLIB:
-                _protocol_error(f"unknown compression type {cat}", r.event_type, start + 7)
-            schema = bmq_load_be16(h + 28) if header_len >= C_PUSH_HEADER_SIZE else 0
-            ids = parse_options(&r, h + header_len, options_len, start + header_len) if options_len \
-                else DEFAULT_SUB_QUEUE_IDS
-            app_at = header_len + options_len
-            if flags & C_PUSH_IMPLICIT_PAYLOAD:
-                split = (None, b"")
-            else:
-                app_len = unpadded_len(&r, h + app_at, msg_len - app_at, start + app_at)
-                split = split_payload(&r, h + app_at, app_len, flags, cat, schema, start + app_at)
-            out.append((<int32_t>bmq_load_be32(h + 8), PyBytes_FromStringAndSize(<const char *>h + 12, 16),
-                        ids, flags, split[0], schema != 0, split[1]))
-            r.pos = start + msg_len
+            ids = read_push(&r, &m)
+            split = push_split(&r, &m)
+            out.append((<int32_t>bmq_load_be32(m.h + 8), PyBytes_FromStringAndSize(<const char *>m.h + 12, 16),
+                        ids, m.flags, split[0], m.schema != 0, split[1]))
         return out
     finally:
         in_release(&inp)
+
+
+cdef struct ColumnBuffer:
+    # A growing malloc'd byte buffer (payloads, GUIDs or offsets of a PUSH event).
+    unsigned char *data
+    Py_ssize_t size
+    Py_ssize_t capacity
+
+
+cdef int cb_append(ColumnBuffer *b, const void *p, Py_ssize_t n) except -1:
+    cdef Py_ssize_t capacity
+    cdef unsigned char *grown
+    if b.size + n > b.capacity:
+        capacity = max(2 * b.capacity, b.size + n, 256)
+        grown = <unsigned char *>realloc(b.data, capacity)
+        if grown == NULL:
+            raise MemoryError()
+        b.data, b.capacity = grown, capacity
+    if n:
+        memcpy(b.data + b.size, p, n)
+    b.size += n
+    return 0
+
+
+cdef tuple close_run(int32_t queue_id, tuple ids, ColumnBuffer *guids, ColumnBuffer *payloads,
+                     ColumnBuffer *ends, Py_ssize_t first, Py_ssize_t last, dict areas):
+    """The run of messages ``first..last-1`` of the event's columns, offsets rebased to 0."""
+    cdef Py_ssize_t count = last - first, i
+    cdef const int32_t *src = <const int32_t *>ends.data
+    cdef int32_t base = src[first]
+    cdef bytes offsets = new_bytes(4 * (count + 1))
+    cdef int32_t *dst = <int32_t *>PyBytes_AS_STRING(offsets)
+    for i in range(count + 1):
+        dst[i] = src[first + i] - base
+    return (queue_id, ids, count,
+            PyBytes_FromStringAndSize(<const char *>guids.data + 16 * first, 16 * count),
+            PyBytes_FromStringAndSize(<const char *>payloads.data + base, src[last] - base),
+            offsets, areas)
+
+
+def push_columns(event):
+    """The messages of a PUSH event column by column, in runs of consecutive messages for
+    the same queue id and sub-queue ids: ``(queue_id, sub_queue_ids, count, guids,
+    payloads, offsets, areas)`` per run.
+
+    ``guids`` holds the 16-byte GUIDs back to back; ``payloads`` the payloads back to back
+    (decompressed), message ``i``'s at ``payloads[offsets[i]:offsets[i + 1]]``, with
+    ``offsets`` native-endian int32 (``count + 1`` of them, from 0: an Arrow binary column's
+    offsets); ``areas`` maps the index of each message with properties to
+    ``(properties_area, new_style_properties)``, and is None when none has any. The same
+    checks as :func:`iter_push_messages`.
+
+    Raises:
+        ProtocolError: for any malformed message, option or compressed payload.
+        ValueError: an event whose payloads total 2 GiB or more.
+    """
+    cdef Input inp
+    cdef Reader r
+    cdef PushView m
+    cdef ColumnBuffer guids, payloads, ends
+    cdef list out = []
+    cdef tuple ids, split, run_ids = None
+    cdef dict areas = None
+    cdef int32_t queue_id, run_queue_id = 0
+    cdef Py_ssize_t index = 0, run_first = 0
+    cdef int32_t end = 0
+    cdef bytes payload
+    memset(&guids, 0, sizeof(ColumnBuffer))
+    memset(&payloads, 0, sizeof(ColumnBuffer))
+    memset(&ends, 0, sizeof(ColumnBuffer))
+    in_acquire(&inp, event)
+    try:
+        open_event(&r, inp.data, inp.size, C_EVENT_PUSH)
+        if r.pos == r.end:
+            _protocol_error("PUSH event without messages", r.event_type, r.pos)
+        cb_append(&ends, &end, 4)
+        while r.pos < r.end:
+            ids = read_push(&r, &m)
+            queue_id = <int32_t>bmq_load_be32(m.h + 8)
+            if run_ids is not None and (queue_id != run_queue_id or (ids is not run_ids and ids != run_ids)):
+                out.append(close_run(run_queue_id, run_ids, &guids, &payloads, &ends, run_first, index, areas))
+                run_first, areas = index, None
+            run_queue_id, run_ids = queue_id, ids
+            cb_append(&guids, m.h + 12, 16)
+            if m.cat == C_COMPRESSION_NONE and not (m.flags & (C_PUT_MESSAGE_PROPERTIES | C_PUSH_IMPLICIT_PAYLOAD)):
+                cb_append(&payloads, m.h + m.app_at, m.app_len)  # the common case: copied in place
+            else:
+                split = push_split(&r, &m)
+                if split[0] is not None:
+                    if areas is None:
+                        areas = {}
+                    areas[index - run_first] = (split[0], m.schema != 0)
+                payload = split[1]
+                cb_append(&payloads, PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload))
+            if payloads.size > 0x7FFFFFFF:
+                raise ValueError("PUSH event whose payloads exceed 2 GiB")
+            end = <int32_t>payloads.size
+            cb_append(&ends, &end, 4)
+            index += 1
+        out.append(close_run(run_queue_id, run_ids, &guids, &payloads, &ends, run_first, index, areas))
+        return out
+    finally:
+        in_release(&inp)
+        free(guids.data)
+        free(payloads.data)
+        free(ends.data)
+
+
+def join_offsets(parts):
+    """Payload offsets (native int32, see :func:`push_columns`) of several runs put end to
+    end: each part is a buffer of ``count + 1`` offsets from any base; the result starts at 0.
+
+    Raises:
+        ValueError: an empty part, a part not made of int32, offsets past 2 GiB.
+    """
+    cdef object seq = PySequence_Fast(parts, "parts must be a sequence")
+    cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i, j, count, total = 1
+    cdef Input inp
+    cdef const int32_t *src
+    cdef int32_t *dst
+    cdef int64_t base = 0, last = 0
+    cdef bytes out
+    for i in range(n):
+        size = memoryview(<object>PySequence_Fast_ITEMS(seq)[i]).nbytes
+        if size < 4 or size % 4:
+            raise ValueError(f"offsets part {i} of {size} bytes: need 1 or more int32")
+        total += size // 4 - 1
+    out = new_bytes(4 * total)
+    dst = <int32_t *>PyBytes_AS_STRING(out)
+    dst[0] = 0
+    dst += 1
+    for i in range(n):
+        in_acquire(&inp, <object>PySequence_Fast_ITEMS(seq)[i])
+        try:
+            src = <const int32_t *>inp.data
+            count = inp.size // 4 - 1
+            for j in range(count):
+                last = base + src[j + 1] - src[0]
+                if last > 0x7FFFFFFF:
+                    raise ValueError("joined payloads exceed 2 GiB")
+                dst[j] = <int32_t>last
+            if count:
+                base = last
+            dst += count
+        finally:
+            in_release(&inp)
+    return out

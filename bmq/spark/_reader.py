@@ -2,7 +2,7 @@
 
 Semantics (also in ``docs/spark.md``): a partition takes messages until it has its share of
 ``maxMessages`` or none arrived for ``idleTimeout`` seconds, handing them to Spark as Arrow
-record batches of up to ``_CHUNK`` rows. Its messages are confirmed only after Spark has
+record batches of up to ``_CHUNK`` rows (what has arrived when Spark asks for more). Its messages are confirmed only after Spark has
 taken the partition's last batch; a task that fails or stops early confirms
 nothing, and the broker redelivers. With ``confirm=false`` nothing is confirmed at all (a
 snapshot that leaves the queue as it was, once the sessions close).
@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import logging
 import time
-from typing import Any, Iterator, List
+from typing import Iterator, List
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -63,22 +63,26 @@ class BlazingMQReader(DataSourceReader):
         # Nothing is confirmed before the end, so the whole share may be unconfirmed at once.
         session, queue = _session.open_consumer(options, max_messages=share, max_bytes=share * bmq.MAX_PAYLOAD_SIZE)
         try:
-            taken: List[Any] = []
-            handed = 0
+            taken: List[bmq.MessageBatch] = []  # all, confirmed at the end
+            pending: List[bmq.MessageBatch] = []  # not yet handed to Spark
+            count = waiting = 0
             deadline = time.monotonic() + options.idle_timeout
-            while len(taken) < share:
-                message = queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                if message is None:
+            while count < share:
+                part = queue.get_batch(share - count, timeout=max(0.0, deadline - time.monotonic()))
+                if part is None:
                     break
-                taken.append(message)
+                taken.append(part)
+                pending.append(part)
+                count, waiting = count + len(part), waiting + len(part)
                 deadline = time.monotonic() + options.idle_timeout
-                if len(taken) - handed >= _CHUNK:
-                    yield make_batch(taken[handed:], datetime.datetime.now(datetime.timezone.utc))
-                    handed = len(taken)
-            if handed < len(taken):
-                yield make_batch(taken[handed:], datetime.datetime.now(datetime.timezone.utc))
-            if options.confirm and taken:
-                session.confirm_many(taken)
-            _log.info("blazingmq: read %d messages from %s (confirm=%s)", len(taken), options.queue, options.confirm)
+                if waiting >= _CHUNK:
+                    yield make_batch(bmq.MessageBatch.join(pending), datetime.datetime.now(datetime.timezone.utc))
+                    pending, waiting = [], 0
+            if pending:
+                yield make_batch(bmq.MessageBatch.join(pending), datetime.datetime.now(datetime.timezone.utc))
+            if options.confirm:
+                for part in taken:
+                    part.confirm()
+            _log.info("blazingmq: read %d messages from %s (confirm=%s)", count, options.queue, options.confirm)
         finally:
             session.stop()

@@ -3,7 +3,7 @@
 Write side: which input columns become the payload and the properties, checked against the
 DataFrame's schema on the driver (so a wrong type fails before any data is sent), then applied
 to Arrow record batches in the executors. Read side: the output schema and the conversion of
-received :class:`bmq.Message` objects into Arrow record batches.
+received :class:`bmq.MessageBatch` objects into Arrow record batches.
 """
 from __future__ import annotations
 
@@ -304,24 +304,24 @@ def check_read_schema(schema: StructType) -> None:
 # first micro-batch).
 
 
-def _text_map(all_properties: Sequence[Dict[str, Any]], map_type: pa.MapType) -> pa.MapArray:
-    """The ``properties`` column: each message's properties as text (see :func:`_as_text`)."""
-    ends = array.array("i", [0]) * (len(all_properties) + 1)
+def _text_map(all_properties: Optional[Sequence[Dict[str, Any]]], count: int, map_type: pa.MapType) -> pa.MapArray:
+    """The ``properties`` column: each message's properties as text (see :func:`_as_text`);
+    all empty when ``all_properties`` is None (most streams have no properties at all)."""
+    ends = array.array("i", [0]) * (count + 1)
     names: List[bytes] = []
     texts: List[bytes] = []
-    if any(all_properties):  # most streams have no properties at all: all entries empty
-        for index, properties in enumerate(all_properties, start=1):
-            for name, value in properties.items():
-                names.append(name.encode())
-                texts.append(_as_text(value).encode())
-            ends[index] = len(names)
+    for index, properties in enumerate(all_properties or (), start=1):
+        for name, value in properties.items():
+            names.append(name.encode())
+            texts.append(_as_text(value).encode())
+        ends[index] = len(names)
     entries = pa.Array.from_buffers(
         pa.struct([map_type.key_field, map_type.item_field]),
         len(names),
         [None],
         children=[_variable(names, pa.string()), _variable(texts, pa.string())],
     )
-    return pa.Array.from_buffers(map_type, len(all_properties), [None, pa.py_buffer(ends)], children=[entries])
+    return pa.Array.from_buffers(map_type, count, [None, pa.py_buffer(ends)], children=[entries])
 
 
 def _hex_strings(guids: bytes, count: int) -> pa.StringArray:
@@ -339,19 +339,26 @@ def _variable(values: List[bytes], kind: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(ends), pa.py_buffer(b"".join(values))])
 
 
+def _repeated_text(text: bytes, count: int) -> pa.StringArray:
+    """``count`` times the same encoded string."""
+    ends = array.array("i", range(0, len(text) * count + 1, len(text)))
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(ends), pa.py_buffer(text * count)])
+
+
 def _repeated_timestamp(moment: datetime.datetime, kind: pa.TimestampType, count: int) -> pa.TimestampArray:
     micros = (moment - _EPOCH) // datetime.timedelta(microseconds=1)
     return pa.Array.from_buffers(kind, count, [None, pa.py_buffer(array.array("q", [micros]) * count)])
 
 
-def message_batch_factory(schema: StructType) -> Callable[[Sequence[Any], datetime.datetime], pa.RecordBatch]:
+def message_batch_factory(schema: StructType) -> Callable[[bmq.MessageBatch, datetime.datetime], pa.RecordBatch]:
     """A function ``(messages, received) -> pyarrow.RecordBatch`` for the output ``schema``.
 
     A row holds the payload, the properties as text (see :func:`_as_text`), the GUID in hex,
     the queue URI, ``received`` and the typed property columns (null where a value does not
-    fit). Built column by column: Spark takes Arrow batches as they are, while row tuples
-    cost it a Python conversion per value. The Arrow schema is the one Spark derives from
-    ``schema`` (and checks batches against).
+    fit). Built column by column from the :class:`bmq.MessageBatch`'s buffers (the payload
+    column wraps them without a copy): Spark takes Arrow batches as they are, while row
+    tuples cost it a Python conversion per value. The Arrow schema is the one Spark derives
+    from ``schema`` (and checks batches against).
 
     Raises:
         TypeError: a typed property column of an unsupported type.
@@ -361,20 +368,25 @@ def message_batch_factory(schema: StructType) -> Callable[[Sequence[Any], dateti
     map_type = arrow_schema.field(PROPERTIES_COLUMN).type
     received_type = arrow_schema.field("received").type
 
-    def batch(messages: Sequence[Any], received: datetime.datetime) -> pa.RecordBatch:
+    def batch(messages: bmq.MessageBatch, received: datetime.datetime) -> pa.RecordBatch:
         count = len(messages)
-        all_properties = [message.properties for message in messages]
+        all_properties = messages.all_properties() if messages.has_properties else None
         columns = [
-            _variable([message.data for message in messages], pa.binary()),
-            _text_map(all_properties, map_type),
-            _hex_strings(b"".join([message.guid for message in messages]), count),
+            pa.Array.from_buffers(
+                pa.binary(), count, [None, pa.py_buffer(messages.offsets), pa.py_buffer(messages.payloads)]
+            ),
+            _text_map(all_properties, count, map_type),
+            _hex_strings(messages.guids, count),
             # A reader consumes one queue: every message of a batch has the same URI.
-            _variable([messages[0].queue_uri.encode()] * count, pa.string()),
+            _repeated_text(messages.queue_uri.encode(), count),
             _repeated_timestamp(received, received_type, count),
         ]
         for index, (name, convert) in enumerate(extra, start=len(READ_FIELDS)):
-            values = [properties.get(name) for properties in all_properties]
-            typed = [None if value is None else convert(value) for value in values]
+            if all_properties is None:
+                typed: List[Any] = [None] * count
+            else:
+                values = [properties.get(name) for properties in all_properties]
+                typed = [None if value is None else convert(value) for value in values]
             columns.append(pa.array(typed, arrow_schema.field(index).type))
         return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
 

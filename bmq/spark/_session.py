@@ -45,7 +45,8 @@ def open_producer(options: WriteOptions) -> Iterator["bmq.Queue"]:
 
 
 def open_consumer(options: CommonOptions, max_messages: int, max_bytes: int) -> Tuple["bmq.Session", "bmq.Queue"]:
-    """A started session and the queue opened on it for reading; the caller stops the session.
+    """A started session and the queue opened on it for reading in batches (``Queue.get_batch``);
+    the caller stops the session.
 
     Args:
         options: broker and queue.
@@ -59,7 +60,7 @@ def open_consumer(options: CommonOptions, max_messages: int, max_bytes: int) -> 
     session = connect(options)
     try:
         queue_options = bmq.QueueOptions(max_unconfirmed_messages=max_messages, max_unconfirmed_bytes=max_bytes)
-        return session, session.open_queue(options.queue, read=True, options=queue_options)
+        return session, session.open_queue(options.queue, read=True, options=queue_options, batches=True)
     except BaseException:
         session.stop()
         raise

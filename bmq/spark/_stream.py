@@ -50,6 +50,8 @@ __all__ = ["BlazingMQStreamReader"]
 _log = logging.getLogger(__name__)
 
 Offset = Dict[str, Any]
+# A taken batch: its messages (None when none came) and the Arrow IPC slices of its rows.
+_Taken = Tuple[Optional[bmq.MessageBatch], List[bytes]]
 # How long a micro-batch that has messages waits for the next one before it is cut.
 _LINGER = 0.05
 
@@ -60,7 +62,7 @@ class _Batch:
 
     start_seq: int
     end_seq: int
-    messages: List[Any]
+    messages: bmq.MessageBatch
     slices: List[bytes]
 
 
@@ -119,13 +121,13 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._run = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._connection: Optional[Tuple[Any, Any]] = None
-        self._make_batch: Optional[Callable[[Sequence[Any], datetime.datetime], pa.RecordBatch]] = None
+        self._make_batch: Optional[Callable[[bmq.MessageBatch, datetime.datetime], pa.RecordBatch]] = None
         self._seq = 0
         self._batches: List[_Batch] = []
         self._available_now = False
         self._caught_up = False
         self._prefetcher: Optional[threading.Thread] = None
-        self._next_batch: Optional["concurrent.futures.Future[Tuple[List[Any], List[bytes]]]"] = None
+        self._next_batch: Optional["concurrent.futures.Future[_Taken]"] = None
         self._wanted = threading.Event()
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -191,11 +193,11 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if self._caught_up:
                 return start
             messages, slices = self._prefetched()
-            if not messages:
+            if messages is None:
                 # The prefetch may have found nothing only because the consumer's window was
                 # full; now that every finished batch is confirmed, look again.
                 messages, slices = self._next(self._queue())
-            if not messages:
+            if messages is None:
                 self._caught_up = self._available_now
                 return start
             batch = _Batch(self._seq, self._seq + len(messages), messages, slices)
@@ -269,7 +271,8 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         done = [batch for batch in self._batches if batch.end_seq <= seq]
         if not done or self._connection is None:
             return
-        self._connection[0].confirm_many([message for batch in done for message in batch.messages])
+        for batch in done:
+            batch.messages.confirm()
         self._batches = [batch for batch in self._batches if batch.end_seq > seq]
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("blazingmq: confirmed up to seq %d of %s", seq, self._options.queue)
@@ -283,7 +286,7 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         it, and its messages are confirmed no earlier than if taken later.
         """
         queue, wanted = self._queue(), threading.Event()
-        future: "concurrent.futures.Future[Tuple[List[Any], List[bytes]]]" = concurrent.futures.Future()
+        future: "concurrent.futures.Future[_Taken]" = concurrent.futures.Future()
 
         def prefetch() -> None:
             try:
@@ -296,20 +299,20 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._wanted, self._next_batch = wanted, future
         self._prefetcher.start()
 
-    def _prefetched(self) -> Tuple[List[Any], List[bytes]]:
+    def _prefetched(self) -> _Taken:
         """The prefetched batch (asking it to end at the next gap in deliveries), or none."""
         future, self._next_batch = self._next_batch, None
         if future is None:
-            return [], []
+            return None, []
         self._wanted.set()
         return future.result()
 
-    def _next(self, queue: Any, wanted: Optional[threading.Event] = None) -> Tuple[List[Any], List[bytes]]:
-        """The next batch's messages and its rows as the slices of its partitions (both empty
-        when no message came); see :meth:`_take` for ``wanted``."""
+    def _next(self, queue: Any, wanted: Optional[threading.Event] = None) -> _Taken:
+        """The next batch's messages and its rows as the slices of its partitions (None and
+        no slices when no message came); see :meth:`_take` for ``wanted``."""
         messages = self._take(queue, wanted)
-        if not messages:
-            return messages, []
+        if messages is None:
+            return None, []
         if self._make_batch is None:
             self._make_batch = message_batch_factory(self._schema)
         records = self._make_batch(messages, datetime.datetime.now(datetime.timezone.utc))
@@ -328,8 +331,8 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             )
         return self._connection[1]
 
-    def _take(self, queue: Any, wanted: Optional[threading.Event] = None) -> List[Any]:
-        """The next batch's messages, up to the batch limits.
+    def _take(self, queue: Any, wanted: Optional[threading.Event] = None) -> Optional[bmq.MessageBatch]:
+        """The next batch's messages, up to the batch limits (None when none came).
 
         Without ``wanted`` (Spark is waiting): waits ``pollTimeout`` for the first message,
         then takes more as long as they keep coming; a gap of ``_LINGER`` ends the batch.
@@ -339,16 +342,16 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ``wanted`` is set: Spark is busy until then, so the batch may as well grow.
         """
         limit, byte_limit = self._options.max_messages_per_batch, self._options.max_bytes_per_batch
-        messages: List[Any] = []
-        size = 0
+        parts: List[bmq.MessageBatch] = []
+        count = size = 0
         timeout = _LINGER if wanted is not None else self._options.poll_timeout
-        while len(messages) < limit and size < byte_limit:
-            message = queue.get(timeout=timeout)
-            if message is None:
+        while count < limit and size < byte_limit:
+            part = queue.get_batch(limit - count, timeout=timeout, max_bytes=byte_limit - size)
+            if part is None:
                 if wanted is None or wanted.is_set():
                     break
                 continue
-            messages.append(message)
-            size += len(message.data)
+            parts.append(part)
+            count, size = count + len(part), size + len(part.payloads)
             timeout = _LINGER
-        return messages
+        return bmq.MessageBatch.join(parts) if parts else None

@@ -5,7 +5,9 @@ reader and the GUID rules of the writer are checked exactly and fast.
 """
 from __future__ import annotations
 
+import array
 import datetime
+import itertools
 import os
 import pickle
 import threading
@@ -59,10 +61,49 @@ class FakeMessage:
         self.properties = properties or {}
 
 
+_KINDS = {bool: bmq.PropertyType.BOOL, int: bmq.PropertyType.INT64, str: bmq.PropertyType.STRING,
+          bytes: bmq.PropertyType.BINARY}
+
+
+def batch_of(messages: List[FakeMessage], queue: Any) -> bmq.MessageBatch:
+    """A real MessageBatch of ``messages``, as the client would build it from a PUSH event."""
+    offsets = [0]
+    for message in messages:
+        offsets.append(offsets[-1] + len(message.data))
+    areas = {
+        index: (_codec.encode_properties({k: (int(_KINDS[type(v)]), v) for k, v in m.properties.items()}), True)
+        for index, m in enumerate(messages) if m.properties
+    }
+    return bmq.MessageBatch(queue, b"".join(m.guid for m in messages), b"".join(m.data for m in messages),
+                            array.array("i", offsets).tobytes(), areas or None)
+
+
+class FakeBatch:
+    """What the schema's batch factory reads of a MessageBatch, with properties of any value
+    (a real batch only holds what the wire can carry)."""
+
+    def __init__(self, messages: List[FakeMessage]):
+        self._messages = messages
+        self.queue_uri = QUEUE
+        self.guids = b"".join(m.guid for m in messages)
+        self.payloads = b"".join(m.data for m in messages)
+        self.offsets = memoryview(array.array("i", [0, *itertools.accumulate(len(m.data) for m in messages)]))
+        self.has_properties = any(m.properties for m in messages)
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def all_properties(self) -> List[dict]:
+        return [m.properties for m in self._messages]
+
+
 class FakeConsumer:
-    """Session + queue of a reader, standing in for the broker: ``get`` hands out waiting
-    messages (waiting up to ``timeout`` for one), confirms are recorded, and stopping the
-    session puts its unconfirmed messages back in front for the next session (redelivery)."""
+    """Session + queue of a reader, standing in for the broker: ``get_batch`` hands out
+    waiting messages as a MessageBatch (waiting up to ``timeout`` for one), confirms are
+    recorded, and stopping the session puts its unconfirmed messages back in front for the
+    next session (redelivery)."""
+
+    uri = QUEUE
 
     def __init__(self, messages: List[FakeMessage]):
         self.waiting = list(messages)
@@ -71,6 +112,7 @@ class FakeConsumer:
         self.closed = False
         self.empty_polls = 0
         self._changed = threading.Condition()
+        self._session = self  # MessageBatch.confirm() goes through the queue's session
 
     def open(self) -> "FakeConsumer":
         self.closed = False
@@ -81,7 +123,8 @@ class FakeConsumer:
             self.waiting.append(message)
             self._changed.notify_all()
 
-    def get(self, timeout: Optional[float] = None) -> Optional[FakeMessage]:
+    def get_batch(self, max_messages: int, timeout: Optional[float] = None,
+                  max_bytes: Optional[int] = None) -> Optional[bmq.MessageBatch]:
         with self._changed:
             if not self._changed.wait_for(lambda: self.waiting or self.closed, timeout):
                 self.empty_polls += 1
@@ -89,9 +132,17 @@ class FakeConsumer:
                 return None
             if self.closed:
                 raise bmq.QueueStateError(f"{QUEUE} is closed")
-            message = self.waiting.pop(0)
-            self.unconfirmed.append(message)
-            return message
+            taken = [self.waiting.pop(0)]
+            size = len(taken[0].data)
+            while self.waiting and len(taken) < max_messages and (max_bytes is None or size < max_bytes):
+                taken.append(self.waiting.pop(0))
+                size += len(taken[-1].data)
+            self.unconfirmed.extend(taken)
+            return batch_of(taken, self)
+
+    def _confirm_batch(self, batch: bmq.MessageBatch) -> None:
+        guids = {batch.guid(index) for index in range(len(batch))}
+        self.confirm_many([message for message in self.unconfirmed if message.guid in guids])
 
     def wait_for_empty_polls(self, count: int) -> None:
         with self._changed:
@@ -372,7 +423,7 @@ def test_read_schema_and_typed_property_columns() -> None:
     )
     make = _schema.message_batch_factory(schema)
     now = datetime.datetime.now(datetime.timezone.utc)
-    records = make([FakeMessage(3, {"n": 3, "raw": b"\x01\x02", "flag": True}), FakeMessage(4)], now)
+    records = make(FakeBatch([FakeMessage(3, {"n": 3, "raw": b"\x01\x02", "flag": True}), FakeMessage(4)]), now)
     # Exactly the Arrow schema Spark expects of a Python data source with this schema, and
     # buffers that Arrow accepts as valid.
     assert records.schema.equals(to_arrow_schema(schema, timezone="UTC"))
@@ -398,7 +449,7 @@ def test_typed_integer_column_is_null_where_the_value_does_not_fit(data_type: An
     now = datetime.datetime.now(datetime.timezone.utc)
 
     def typed(*values: Any) -> List[Any]:
-        return [row[-1] for row in rows_of([make([FakeMessage(0, {"n": value}) for value in values], now)])]
+        return [row[-1] for row in rows_of([make(FakeBatch([FakeMessage(0, {"n": value}) for value in values]), now)])]
 
     assert typed(low, high, str(high), b"\x80") == [low, high, high, -128]
     too_wide = [low - 1, high + 1, str(high + 1), 2**40 if high < 2**40 else 2**64]
