@@ -6,7 +6,7 @@ import time
 from typing import List, Type
 
 import bmq
-from bmq import events
+from bmq import _codec, events
 
 _names = itertools.count()
 
@@ -49,3 +49,23 @@ def wait_event(session: bmq.Session, kind: Type[events.SessionEvent], timeout: f
         if isinstance(event, kind):
             return seen
     raise AssertionError(f"no {kind.__name__} within {timeout} s; saw {seen}")
+
+
+def expand_columns(runs: list) -> list:
+    """push_columns' runs back as one ``(queue_id, guid, sub_ids, area, new_style, payload)``
+    per message (new_style only where there is an area, as a Message reads it)."""
+    out = []
+    for queue_id, sub_ids, count, guids, payloads, offsets, areas in runs:
+        ends = memoryview(offsets).cast("i")
+        assert len(ends) == count + 1 and ends[0] == 0 and ends[count] == len(payloads)
+        for index in range(count):
+            area, new_style = (areas or {}).get(index, (None, None))
+            out.append((queue_id, guids[16 * index:16 * index + 16], sub_ids, area, new_style,
+                        payloads[ends[index]:ends[index + 1]]))
+    return out
+
+
+def messages_of_push(event: bytes) -> list:
+    """iter_push_messages' messages in expand_columns' shape."""
+    return [(queue_id, guid, sub_ids, area, new_style if area is not None else None, payload)
+            for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event)]

@@ -23,6 +23,7 @@ import pytest
 
 from bmq import _codec as codec
 from bmq.exceptions import ProtocolError
+from support import expand_columns, messages_of_push
 
 ITERATIONS = int(os.environ.get("BMQ_FUZZ_ITERATIONS", "100000"))
 SEED = int(os.environ.get("BMQ_FUZZ_SEED", "20261121"))
@@ -142,6 +143,7 @@ DECODERS: dict = {
     "FrameReader.feed": ("frames", _frame_reader),
     "iter_put_messages": ("put", lambda d, r: codec.iter_put_messages(d)),
     "iter_push_messages": ("push", lambda d, r: codec.iter_push_messages(d)),
+    "push_columns": ("push", lambda d, r: codec.push_columns(d)),
     "iter_acks": ("ack", lambda d, r: codec.iter_acks(d)),
     "iter_confirms": ("confirm", lambda d, r: codec.iter_confirms(d)),
     "decode_control_event": ("control", lambda d, r: codec.decode_control_event(d)),
@@ -171,3 +173,20 @@ def test_only_protocol_error_escapes(name):
     if corpus_key not in ("properties", "app_data"):  # their decoders take random flags
         for seed in seeds:  # the unmutated corpus must decode, else the mutations prove little
             decode(seed, random.Random(0))
+
+
+def test_push_columns_agrees_with_iter_push_messages_on_every_input():
+    """The batch decoder accepts exactly what the per-message one accepts, with the same content."""
+    rng = random.Random(f"{SEED}:push_columns-equivalence")
+    agreed = 0
+    for _ in range(max(ITERATIONS // 10, 1000)):
+        data = mutate(rng, rng.choice(CORPUS["push"]))
+        try:
+            expected = messages_of_push(data)
+        except ProtocolError:
+            with pytest.raises(ProtocolError):
+                codec.push_columns(data)
+            continue
+        assert expand_columns(codec.push_columns(data)) == expected, data.hex()
+        agreed += 1
+    assert agreed > 0

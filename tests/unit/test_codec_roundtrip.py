@@ -4,6 +4,7 @@ from __future__ import annotations
 import zlib
 
 import crc32c
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -182,3 +183,28 @@ def test_crc32c_matches_reference(data, seed, offset):
     assert codec.crc32c(data) == crc32c.crc32c(data)
     assert codec.crc32c(memoryview(data)[offset:]) == crc32c.crc32c(data[offset:])
     assert codec.crc32c(data, seed) == crc32c.crc32c(data, seed) == codec._crc32c_portable(data, seed)
+
+
+def test_confirm_run_is_one_record_per_guid_of_one_queue():
+    guids = bytes(range(16)) + b"\xff" * 16
+    event = codec.build_confirm_run(-3, guids, 7)
+    assert codec.iter_confirms(event) == [(-3, bytes(range(16)), 7), (-3, b"\xff" * 16, 7)]
+    assert event == codec.build_confirm_event([(-3, bytes(range(16)), 7), (-3, b"\xff" * 16, 7)])
+    for bad in (b"", b"x" * 17):
+        with pytest.raises(ValueError, match="multiple of 16"):
+            codec.build_confirm_run(1, bad, 0)
+
+
+def test_join_offsets_rebases_each_part_to_follow_the_previous():
+    import array
+
+    def i32(*values: int) -> bytes:
+        return array.array("i", values).tobytes()
+
+    joined = codec.join_offsets([i32(0, 2, 5), memoryview(i32(10, 11, 20)).cast("i"), i32(4)])
+    assert array.array("i", joined).tolist() == [0, 2, 5, 6, 15]
+    assert array.array("i", codec.join_offsets([i32(3, 4)])).tolist() == [0, 1]
+    with pytest.raises(ValueError, match="int32"):
+        codec.join_offsets([b"\0\0\0"])
+    with pytest.raises(ValueError, match="2 GiB"):
+        codec.join_offsets([i32(0, 2**31 - 1), i32(0, 1)])
