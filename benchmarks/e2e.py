@@ -17,6 +17,8 @@ Patterns (100-byte messages, each on a fresh queue, both clients back to back):
 * ``consume_on_message_confirm``: per message ``on_message`` + ``confirm()`` on the callback thread.
 * ``consume_batch``: ``messages()`` + ``confirm_many`` (bmq only: the official SDK has no batch
   confirm, so no ratio).
+* ``consume_get_batch``: ``get_batch()`` + ``MessageBatch.confirm()`` on a queue opened with
+  ``batches=True`` (bmq only): no Python object per message.
 
 Consumers drain a queue filled beforehand (by bmq); the clock runs from opening the reader to
 the last confirm. Each figure has the client's CPU seconds per message (this process) and the
@@ -137,6 +139,19 @@ def bmq_consume_batch(address: str, uri: str, count: int) -> None:
     with bmq.Session(address) as session:
         queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
         drain_in_batches(session, queue, count, 500)
+
+
+def bmq_consume_get_batch(address: str, uri: str, count: int) -> None:
+    with bmq.Session(address) as session:
+        queue = session.open_queue(uri, read=True, batches=True,
+                                   options=bmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
+        received = 0
+        while received < count:
+            batch = queue.get_batch(CONSUME_WINDOW, timeout=30.0)
+            if batch is None:
+                raise RuntimeError(f"bmq batch consumer stalled at {received}/{count}")
+            batch.confirm()
+            received += len(batch)
 
 
 def _in_threads(work: Callable[[int], Any], count: int) -> None:
@@ -293,6 +308,7 @@ CONSUME = {
     "consume_get_confirm": (bmq_consume_get_confirm, official_consume_get_confirm),
     "consume_on_message_confirm": (bmq_consume_on_message, official_consume_on_message),
     "consume_batch": (bmq_consume_batch, None),
+    "consume_get_batch": (bmq_consume_get_batch, None),
 }
 
 

@@ -21,7 +21,8 @@ _DONE_STATES = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
 
 
 class _SharedConditionFuture(Future):  # type: ignore[type-arg]
-    """A standard Future whose condition is shared with the other futures of one post call.
+    """A standard Future whose condition is shared with other futures: those of one post call,
+    or the single-post futures made in one thread.
 
     A Future's own Condition (with its lock and waiter deque) costs more than the rest of
     posting a small message, and keeps the garbage collector busy while many are pending.
@@ -44,6 +45,8 @@ class _SharedConditionFuture(Future):  # type: ignore[type-arg]
             self._condition.wait_for(lambda: self._state in _DONE_STATES, timeout)
 
     def result(self, timeout: Optional[float] = None) -> Any:
+        if self._state == FINISHED and self._exception is None:
+            return self._result  # set before the state, under the lock: nothing to wait for
         self._wait_done(timeout)
         return super().result(0)
 
@@ -60,11 +63,26 @@ def new_futures(count: int) -> "List[Future[Any]]":
     ``concurrent.futures.wait`` because nothing would call ``set_running_or_notify_cancel``.
     """
     if count == 1:
-        future: "Future[Any]" = Future()
-        future.set_running_or_notify_cancel()
-        return [future]
+        return [_SharedConditionFuture(_thread_condition())]
     condition = threading.Condition()
     return [_SharedConditionFuture(condition) for _ in range(count)]
+
+
+_per_thread = threading.local()
+
+
+def _thread_condition() -> threading.Condition:
+    """The condition shared by the single-post futures made in the calling thread.
+
+    A post_async future's own Condition would be most of the cost of posting a small
+    message. The thread that posts is usually the one that waits, so sharing per thread
+    wakes no other poster's waiters (a sharing per session would wake every thread's).
+    """
+    try:
+        condition: threading.Condition = _per_thread.condition
+    except AttributeError:
+        condition = _per_thread.condition = threading.Condition()
+    return condition
 
 
 def resolve_future(future: "Future[Any]", value: Any) -> None:

@@ -60,13 +60,19 @@ def test_enums_mirror_the_wire_codes():
 
 
 # ---- the futures returned by post_many_async ----------------------------------------------
-def test_batch_futures_behave_like_standard_futures():
+@pytest.mark.parametrize("made_by", ["one post_many_async", "three post_async in one thread"])
+def test_post_futures_behave_like_standard_futures(made_by):
+    """Futures share a condition (a batch's, or a thread's for single posts): each still
+    behaves as its own standard Future."""
     import concurrent.futures as cf
     import threading
 
     from bmq._dispatch import new_futures, resolve_future
 
-    first, second, third = new_futures(3)
+    if made_by == "one post_many_async":
+        first, second, third = new_futures(3)
+    else:
+        (first,), (second,), (third,) = new_futures(1), new_futures(1), new_futures(1)
     assert all(isinstance(f, cf.Future) for f in (first, second, third))
     # A sibling resolving must not wake result() early with a TimeoutError.
     waited = {}
@@ -97,3 +103,5 @@ def test_batch_futures_behave_like_standard_futures():
     (errored,) = new_futures(1)
     errored.set_exception(ValueError("x"))
     assert isinstance(errored.exception(1.0), ValueError)
+    with pytest.raises(ValueError):
+        errored.result(0)
