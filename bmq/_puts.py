@@ -106,7 +106,7 @@ class Batch:
         self.on_ack = on_ack
         self.futures: "Optional[List[Future[Ack]]]" = new_futures(count) if asynchronous else None
         self.acks: List[Optional[Ack]] = [None] * count
-        self.index = dict(zip(keys, range(count)))
+        self.index = {keys[0]: 0} if count == 1 else dict(zip(keys, range(count)))
         self.remaining = count
         # A blocking caller's latch: a lock taken now and released by whoever settles the last
         # message (an Event costs a Condition and more per post).
@@ -243,7 +243,7 @@ class PendingPuts:
         """
         count = len(payloads)
         data = events[0] if len(events) == 1 else b"".join(events)
-        keys = [guids[i:i + 16] for i in range(0, 16 * count, 16)]
+        keys = [guids] if count == 1 else [guids[i:i + 16] for i in range(0, 16 * count, 16)]
         batch = Batch(queue, keys, payloads, properties, new_style, compression,
                       time.monotonic() + self._options.ack_timeout, on_ack, asynchronous, trace)
         size = sum(map(len, payloads))

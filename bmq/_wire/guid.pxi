@@ -27,7 +27,8 @@ cdef class GuidGenerator:
     Args:
         session_id: mixed into the client id (the SDK uses its session counter).
 
-    Thread-safety: thread-safe (internally locked).
+    Thread-safety: thread-safe (generation runs under the interpreter lock, without a
+    Python call that could release it).
     """
 
     cdef unsigned char _client_id[6]
@@ -45,28 +46,34 @@ cdef class GuidGenerator:
 
     cdef _derive(self):
         cdef bytes digest
-        self._pid = getpid()
+        cdef long pid = getpid()
         self._epoch_ns = _time.time_ns()
         self._start_tick = monotonic_ns()
         self._counter = 0
         digest = _hashlib.md5(
             _socket.gethostname().encode("utf-8", "surrogateescape")
             + (<object>self._epoch_ns).to_bytes(8, "big", signed=True)
-            + (<object>self._pid).to_bytes(4, "big", signed=True)
+            + (<object>pid).to_bytes(4, "big", signed=True)
             + (<object>self._session_id).to_bytes(4, "big", signed=True)
         ).digest()
         memcpy(self._client_id, PyBytes_AS_STRING(digest), 6)
+        self._pid = pid  # last: until here, other threads still see a fork to handle
 
-    cdef inline void _check_fork(self):
+    cdef inline int _check_fork(self) except -1:
+        # The GIL is held from here to the end of _fill (no Python call in between), so
+        # counter updates need no lock of their own; only re-deriving after a fork (which
+        # calls Python code that may let another thread in) takes it.
         if getpid() != self._pid:
-            self._derive()
+            with self._lock:
+                if getpid() != self._pid:
+                    self._derive()
+        return 0
 
     @property
     def client_id(self):
         """The 6-byte client id (bytes 10-15 of every GUID)."""
-        with self._lock:
-            self._check_fork()
-            return PyBytes_FromStringAndSize(<char *>self._client_id, 6)
+        self._check_fork()
+        return PyBytes_FromStringAndSize(<char *>self._client_id, 6)
 
     @property
     def client_id_hex(self):
@@ -76,9 +83,8 @@ cdef class GuidGenerator:
     @property
     def nanoseconds_from_epoch(self):
         """Wall-clock creation time in ns (ClientIdentity.guidInfo.nanoSecondsFromEpoch)."""
-        with self._lock:
-            self._check_fork()
-            return self._epoch_ns
+        self._check_fork()
+        return self._epoch_ns
 
     cdef void _fill(self, unsigned char *p, Py_ssize_t count) noexcept nogil:
         cdef Py_ssize_t i
@@ -100,9 +106,8 @@ cdef class GuidGenerator:
     def next(self):
         """One 16-byte GUID."""
         cdef bytes out = new_bytes(C_GUID_SIZE)
-        with self._lock:
-            self._check_fork()
-            self._fill(<unsigned char *>PyBytes_AS_STRING(out), 1)
+        self._check_fork()
+        self._fill(<unsigned char *>PyBytes_AS_STRING(out), 1)
         return out
 
     def generate(self, Py_ssize_t count):
@@ -111,9 +116,8 @@ cdef class GuidGenerator:
         if count < 0:
             raise ValueError(f"negative GUID count {count}")
         out = new_bytes(C_GUID_SIZE * count)
-        with self._lock:
-            self._check_fork()
-            self._fill(<unsigned char *>PyBytes_AS_STRING(out), count)
+        self._check_fork()
+        self._fill(<unsigned char *>PyBytes_AS_STRING(out), count)
         return out
 
 
