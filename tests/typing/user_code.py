@@ -39,4 +39,13 @@ def produce_and_consume(address: str) -> int:
         print(event, pending.result(5.0).status, queue.state == bmq.QueueState.OPEN)
         queue.configure(bmq.QueueOptions(max_unconfirmed_messages=10))
         queue.close()
+        bulk = session.open_queue("bmq://bmq.test.mem.priority/bulk", read=True, batches=True)
+        rows: Optional[bmq.MessageBatch] = bulk.get_batch(1000, timeout=0.5, max_bytes=1 << 20)
+        if rows is not None:
+            payloads: bytes = rows.payloads
+            first: int = rows.offsets[1]
+            print(len(rows), payloads[:first], rows.guid(0), rows.properties(0), rows.has_properties)
+            single: List[bmq.Message] = rows.messages()
+            bmq.MessageBatch.join([rows]).confirm()
+            print(len(single))
         return len(acks)
