@@ -74,11 +74,10 @@ class Deliveries:
         run: List[Message] = []
         for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event):
             for sid in sub_ids:
-                target = readers.get((queue_id, sid))
+                # A Queue is always truthy: `or` only falls back for an unregistered subscription.
+                target = readers.get((queue_id, sid)) or self._sole_reader(queue_id, sid)
                 if target is None:
-                    target = self._sole_reader(queue_id, sid)
-                    if target is None:
-                        continue
+                    continue
                 if target is not queue:
                     if run:
                         queue._deliver(run)  # type: ignore[union-attr]
@@ -96,11 +95,9 @@ class Deliveries:
         readers = self._registry.readers
         for queue_id, sub_ids, _, guids, payloads, offsets, areas in _codec.push_columns(event):
             for sid in sub_ids:
-                target = readers.get((queue_id, sid))
+                target = readers.get((queue_id, sid)) or self._sole_reader(queue_id, sid)
                 if target is None:
-                    target = self._sole_reader(queue_id, sid)
-                    if target is None:
-                        continue
+                    continue
                 batch = MessageBatch(target, guids, payloads, offsets, areas)
                 if target.batches:
                     target._deliver_batch(batch)
