@@ -131,6 +131,14 @@ class Batch:
 _Settled = List[Tuple[Batch, int, Ack]]
 
 
+def _add_answers(counters: Any, answers: List[int]) -> None:
+    """Add a run's broker answers (by wire status) to a queue's counters, and reset them."""
+    for status, count in enumerate(answers):
+        if count:
+            counters.broker_answers[status] += count
+            answers[status] = 0
+
+
 class PendingPuts:
     """Unacknowledged PUTs keyed by GUID.
 
@@ -332,10 +340,13 @@ class PendingPuts:
     def handle_acks(self, event: bytes) -> None:
         """Reader thread: settle the messages of an ACK event."""
         settled: _Settled = []
-        guids = []
+        guids: Optional[List[bytes]] = [] if self._outbox is not None else None
+        answered_count = 0
         # A message's deadline is its post time + ack_timeout: latency = now + ack_timeout - deadline.
         answered = time.monotonic() + self._options.ack_timeout
         last = None
+        uri = ""
+        answers = [0] * 16  # by wire status, for the queue of `last`: counted once per run
         with self._lock:
             pop = self._pending.pop
             settle = self._settle
@@ -343,17 +354,22 @@ class PendingPuts:
             for status, _, guid, _ in _codec.iter_acks(event):
                 batch = pop(guid, None)
                 if batch is not None:
-                    settle(batch, guid, _new_tuple(Ack, (ACK_STATUS_FROM_WIRE[status], guid, batch.queue.uri)), settled)
                     if batch is not last:  # one latency sample per post call in this event
-                        counters = batch.queue._counters
-                        counters.latencies.append(answered - batch.deadline)
-                        last = batch
-                    counters.broker_answers[status] += 1
-                    guids.append(guid)
-            if guids:
+                        if last is not None:
+                            _add_answers(last.queue._counters, answers)
+                        batch.queue._counters.latencies.append(answered - batch.deadline)
+                        last, uri = batch, batch.queue.uri
+                    settle(batch, guid, _new_tuple(Ack, (ACK_STATUS_FROM_WIRE[status], guid, uri)), settled)
+                    answers[status] += 1
+                    answered_count += 1
+                    if guids is not None:
+                        guids.append(guid)
+            if last is not None:
+                _add_answers(last.queue._counters, answers)
+            if answered_count:
                 self._room.notify_all()
-        if self._outbox is not None and guids:
-            self._outbox.remove(guids)
+        if guids:
+            self._outbox.remove(guids)  # type: ignore[union-attr]
         self._notify(settled)
 
     def _complete(self, predicate: Callable[[Batch], bool], status: AckStatus, in_order: bool = False) -> int:
