@@ -32,6 +32,12 @@ def test_consumer_example_receives_the_seeded_messages(capsys):
     assert "'kind': 'new'" in capsys.readouterr().out
 
 
+def test_batch_consumer_example_drains_every_seeded_message_once(capsys):
+    assert load("batch_consumer").main(idle_timeout=0.5) == (100_000, 100)
+    out = capsys.readouterr().out
+    assert "first payload b'sensor-0,alarm\\n'" in out and "100000 messages (100 alarms)" in out
+
+
 def test_examples_accept_an_existing_broker():
     from bmq.broker import Broker
 
