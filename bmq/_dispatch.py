@@ -31,7 +31,7 @@ class _SharedConditionFuture(Future):  # type: ignore[type-arg]
     work unchanged (the shared lock is re-entrant).
     """
 
-    def __init__(self, condition: threading.Condition) -> None:  # noqa: super-init-not-called
+    def __init__(self, condition: threading.Condition) -> None:  # Future.__init__ not called: it would make a Condition
         self._condition = condition
         # Born running, as new_futures promises; nobody else holds it yet, so no notify.
         self._state = RUNNING
