@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import queue as _stdqueue
 import threading
+import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -358,10 +359,15 @@ class Queue:
                                        "must be positive")
         if self.state == QueueState.CLOSED:
             raise QueueStateError(f"{self.uri} is closed")
-        with self._take_lock:
+        # Another thread may hold the lock while it waits for a first message: the timeout
+        # covers waiting for the lock too.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._take_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            return None
+        try:
             first, self._rest = self._rest, None
             if first is None:
-                first = self._take(timeout)
+                first = self._take(None if deadline is None else max(0.0, deadline - time.monotonic()))
                 if first is None:
                     return None
             parts = [first]
@@ -381,6 +387,8 @@ class Queue:
             if keep < len(batch):
                 batch, self._rest = batch._split(keep)
             return batch
+        finally:
+            self._take_lock.release()
 
     def confirm_many(self, messages: Iterable[Message]) -> None:
         """Confirm messages of this queue in one CONFIRM event (see :meth:`Message.confirm`)."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -125,3 +126,19 @@ def test_batches_misuse_is_refused_with_a_clear_error(session):
 
 def _batch(queue: bmq.Queue) -> bmq.MessageBatch:
     return bmq.MessageBatch(queue, b"\x01" * 16, b"x", b"\x00\x00\x00\x00\x01\x00\x00\x00", None)
+
+
+def test_a_second_taker_keeps_its_timeout_while_another_waits(session):
+    queue = session.open_queue(fresh(), read=True, write=True, batches=True)
+    waiting = threading.Thread(target=queue.get_batch, kwargs={"timeout": 5.0})
+    waiting.start()
+    poll, deadline = threading.Event(), time.monotonic() + 10.0
+    while not queue._take_lock.locked() and time.monotonic() < deadline:  # the first taker waits
+        poll.wait(0.005)
+    assert queue._take_lock.locked()
+    started = time.monotonic()
+    assert queue.get_batch(timeout=0.2) is None  # not stuck behind the first taker's wait
+    assert time.monotonic() - started < 3.0
+    queue.post(b"wake")
+    waiting.join(10.0)
+    assert not waiting.is_alive()
