@@ -68,7 +68,8 @@ class BlazingMQReader(DataSourceReader):
             count = waiting = 0
             deadline = time.monotonic() + options.idle_timeout
             while count < share:
-                part = queue.get_batch(share - count, timeout=max(0.0, deadline - time.monotonic()))
+                part = queue.get_batch(min(share - count, _CHUNK - waiting),
+                                       timeout=max(0.0, deadline - time.monotonic()))
                 if part is None:
                     break
                 taken.append(part)
