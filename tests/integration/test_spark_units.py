@@ -508,6 +508,20 @@ def test_stream_reader_batches_replays_and_confirms_finished_batches(consumer: F
     reader.stop()
 
 
+def test_a_batch_spark_waits_for_is_cut_small_so_the_next_is_taken_meanwhile(consumer: FakeConsumer) -> None:
+    consumer.waiting = [FakeMessage(i) for i in range(20_000)]
+    reader = stream_reader(per_batch=16_000)
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, ReadAllAvailable())
+    assert first["seq"] == 2_000  # an eighth: nothing was prefetched, Spark waits for it
+    second = reader.latestOffset(first, ReadAllAvailable())
+    assert second["seq"] == 18_000  # prefetched while Spark ran the first: a whole batch
+    assert data(replay(reader, first, second)) == names(2_000, 18_000)
+    third = reader.latestOffset(second, ReadAllAvailable())
+    assert third["seq"] == 20_000
+    reader.stop()
+
+
 def test_stream_reader_partitions_split_a_batch(consumer: FakeConsumer) -> None:
     reader = stream_reader(per_batch=25, partitions=3)
     start = reader.initialOffset()
