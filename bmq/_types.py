@@ -222,7 +222,8 @@ class MessageBatch:
     A batch keeps the payloads of its messages in one buffer and their GUIDs in another, so
     taking, converting (to Arrow, NumPy, a file) and confirming tens of thousands of messages
     costs a few calls instead of a Python object per message. :meth:`messages` gives
-    :class:`Message` objects where they are wanted.
+    :class:`Message` objects where they are wanted. Made by the session
+    (:meth:`Queue.get_batch`), not by applications.
 
     Attributes:
         payloads: every payload, back to back (decompressed).
