@@ -1,10 +1,8 @@
 """Producer → broker → consumer throughput and latency, as ``bmq bench`` reports it.
 
 Each payload starts with the producer's ``time.perf_counter_ns()`` at posting time, so a
-consumer in the same process measures end-to-end latency without clock skew. Each client
-works its fastest way: bmq posts with ``post_many_async`` and consumes ``MessageBatch``es
-(``get_batch`` + one confirm each); the official ``blazingmq`` SDK, which has neither, posts
-with ``post`` + ``on_ack`` and consumes with ``on_message`` + ``confirm``.
+consumer in the same process measures end-to-end latency without clock skew. The same
+workload can run through the official ``blazingmq`` SDK for a side-by-side comparison.
 """
 from __future__ import annotations
 
@@ -97,22 +95,14 @@ class _Collector:
         self.last_ns = start_ns
 
     def record(self, payloads: Sequence[bytes]) -> None:
-        self.record_stamps([_STAMP.unpack_from(payload)[0] for payload in payloads])
-
-    def record_batch(self, batch: Any) -> None:
-        """A :class:`bmq.MessageBatch`: the stamps are read in place from its payload buffer."""
-        unpack, data, offsets = _STAMP.unpack_from, batch.payloads, batch.offsets
-        self.record_stamps([unpack(data, offsets[i])[0] for i in range(len(batch))])
-
-    def record_stamps(self, stamps: Sequence[int]) -> None:
         now = time.perf_counter_ns()
         with self.lock:
-            for stamp in stamps:
-                self.latencies.append(now - stamp)
+            for payload in payloads:
+                self.latencies.append(now - _STAMP.unpack_from(payload)[0])
             slot = int((now - self.start_ns) / 1e9 / _TIMELINE_STEP_S)
             if slot >= len(self.timeline):
                 self.timeline.extend([0] * (slot + 1 - len(self.timeline)))
-            self.timeline[slot] += len(stamps)
+            self.timeline[slot] += len(payloads)
             self.last_ns = now
             if len(self.latencies) >= self.expected:
                 self.done.set()
@@ -189,7 +179,7 @@ def run_bmq(broker: str, uri: str, *, size: int, count: int, producers: int = 1,
         for _ in range(consumers):
             session = bmq.Session(broker=broker, options=options)
             sessions.append(session)
-            readers.append(session.open_queue(uri, read=True, batches=True, options=bmq.QueueOptions(
+            readers.append(session.open_queue(uri, read=True, options=bmq.QueueOptions(
                 max_unconfirmed_messages=max(1000, 4 * batch))))
         collector = _Collector(count, time.perf_counter_ns())
         consumers_ = _Workers(collector)
@@ -197,14 +187,17 @@ def run_bmq(broker: str, uri: str, *, size: int, count: int, producers: int = 1,
         stop = threading.Event()
 
         def consume(session, reader) -> None:
-            # bmq's fastest way to consume: what has arrived, as one MessageBatch, one confirm.
+            pending = []
             while not stop.is_set():
-                received = reader.get_batch(batch, timeout=0.05)
-                if received is not None:
-                    collector.record_batch(received)
-                    received.confirm()
+                msg = reader.get(timeout=0.05)
+                if msg is not None:
+                    pending.append(msg)
+                if pending and (msg is None or len(pending) >= 256):
+                    collector.record([m.data for m in pending])
+                    session.confirm_many(pending)
                     if progress:
-                        progress(len(received))
+                        progress(len(pending))
+                    pending = []
 
         for i, (session, reader) in enumerate(zip(sessions, readers)):
             consumers_.start(f"bmq-bench-consumer-{i}", consume, session, reader)
