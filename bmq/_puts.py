@@ -341,7 +341,6 @@ class PendingPuts:
         """Reader thread: settle the messages of an ACK event."""
         settled: _Settled = []
         guids: Optional[List[bytes]] = [] if self._outbox is not None else None
-        answered_count = 0
         # A message's deadline is its post time + ack_timeout: latency = now + ack_timeout - deadline.
         answered = time.monotonic() + self._options.ack_timeout
         last = None
@@ -361,12 +360,10 @@ class PendingPuts:
                         last, uri = batch, batch.queue.uri
                     settle(batch, guid, _new_tuple(Ack, (ACK_STATUS_FROM_WIRE[status], guid, uri)), settled)
                     answers[status] += 1
-                    answered_count += 1
                     if guids is not None:
                         guids.append(guid)
-            if last is not None:
+            if last is not None:  # some message was settled
                 _add_answers(last.queue._counters, answers)
-            if answered_count:
                 self._room.notify_all()
         if guids:
             self._outbox.remove(guids)  # type: ignore[union-attr]
