@@ -50,9 +50,6 @@ class Deliveries:
         self._lock = lock
         self._write_timeout = write_timeout
         self._telemetry = telemetry
-        #: Set once a queue of the session takes batches (Queue.get_batch): PUSH events are
-        #: then decoded column by column (readers of single messages get them from the batch).
-        self.by_columns = False
 
     def _sole_reader(self, queue_id: int, sid: int) -> Optional[Queue]:
         """The reader of a PUSH whose subscription id is not registered (None: dropped)."""
@@ -64,7 +61,7 @@ class Deliveries:
 
     def handle_push(self, event: bytes) -> None:
         """Reader thread: deliver every message of a PUSH event to the queue it is for."""
-        if self.by_columns:
+        if self._registry.batch_queues:  # decoded by columns (single readers get the batch's messages)
             self._handle_push_columns(event)
             return
         readers = self._registry.readers

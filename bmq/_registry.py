@@ -34,6 +34,9 @@ class QueueRegistry:
         self._subscription_ids = itertools.count(1)
         #: (qId, subscription id) -> Queue; the reader thread reads it without the lock.
         self.readers: Dict[Tuple[int, int], "Queue"] = {}
+        #: Open queues taking MessageBatches: while any is, PUSH events are decoded by columns
+        #: (the reader thread reads it without the lock).
+        self.batch_queues = 0
 
     def __iter__(self) -> Iterator["Queue"]:
         return iter(list(self._by_uri.values()))
@@ -63,6 +66,7 @@ class QueueRegistry:
 
     def add(self, queue: "Queue") -> None:
         self._by_uri[queue.uri] = queue
+        self.batch_queues += int(queue.batches)
 
     def is_last_handle(self, queue: "Queue") -> bool:
         """Whether closing ``queue`` leaves no other handle on its qId (a final close)."""
@@ -73,6 +77,7 @@ class QueueRegistry:
         """``queue`` is closed: release its URI, its handle count and its readers."""
         if self._by_uri.get(queue.uri) is queue:
             del self._by_uri[queue.uri]
+            self.batch_queues -= int(queue.batches)
             canonical = queue._parsed.canonical
             queue_id, handles = self._queue_ids[canonical]
             if handles > 1:
@@ -110,4 +115,5 @@ class QueueRegistry:
         queues = list(self._by_uri.values())
         self._by_uri.clear()
         self.readers.clear()
+        self.batch_queues = 0
         return queues

@@ -320,8 +320,6 @@ class Session:
                 batches=batches,
             )
             self._queues.add(queue)
-            if batches:
-                self._deliveries.by_columns = True
         deadline = time.monotonic() + timeout
         generation = self._generation
         try:

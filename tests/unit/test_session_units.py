@@ -39,11 +39,11 @@ class FakeBroker:
 
 
 def _queue(registry: QueueRegistry, owner: Any, uri: str, *, read: bool = False, write: bool = False,
-           options: bmq.QueueOptions = bmq.QueueOptions(), on_message: Any = None) -> Queue:
+           options: bmq.QueueOptions = bmq.QueueOptions(), on_message: Any = None, batches: bool = False) -> Queue:
     parsed = bmq.parse_uri(uri)
     queue_id, sub_id = registry.reserve(uri, parsed)
     queue = Queue(owner, parsed, read=read, write=write, options=options, on_message=on_message,
-                  queue_id=queue_id, sub_id=sub_id)
+                  queue_id=queue_id, sub_id=sub_id, batches=batches)
     registry.add(queue)
     queue.state = QueueState.OPEN
     return queue
@@ -116,10 +116,14 @@ def test_bad_host_health_suspends_only_queues_that_asked_and_resumes_them(regist
     assert not any(q.suspended for q, _ in outcomes) and len(reader.subscription_ids) == 1
 
 
-def test_a_push_reaches_its_subscription_and_one_for_an_unknown_queue_is_dropped(registry, caplog):
+@pytest.mark.parametrize("by_columns", [False, True], ids=["per message", "by columns (a batch queue is open)"])
+def test_a_push_reaches_its_subscription_and_one_for_an_unknown_queue_is_dropped(registry, caplog, by_columns):
     delivered: List[bmq.Message] = []
     owner = SimpleNamespace(_dispatch=lambda fn, *args: fn(*args))
     handles = QueueHandles(FakeBroker().call, threading.RLock(), registry)
+    if by_columns:
+        batched = _queue(registry, owner, "bmq://bmq.test.mem.priority/batched", read=True, batches=True)
+        assert registry.batch_queues == 1
     pulled = _queue(registry, owner, "bmq://bmq.test.mem.priority/a", read=True)
     pushed = _queue(registry, owner, "bmq://bmq.test.mem.priority/b", read=True, on_message=delivered.append)
     handles.open(pulled, 5.0, buffered=True)
@@ -140,6 +144,9 @@ def test_a_push_reaches_its_subscription_and_one_for_an_unknown_queue_is_dropped
     assert [m.data for m in delivered] == [b"two", b"three"]
     assert pushed._counters.pushed == 2 and pulled._counters.pushed == 1
     assert "PUSH for unknown queue 77 / subscription 999 dropped" in caplog.text
+    if by_columns:  # once no batch queue is open, PUSH events are decoded per message again
+        registry.forget(batched)
+        assert registry.batch_queues == 0
 
 
 class _Transport:
