@@ -278,24 +278,36 @@ def cmd_consume(args: argparse.Namespace) -> int:
     received = 0
     pending: list = []
     progress = Progress("consume", args.count or 0)
+    raw = args.output == "raw"
     with broker_address(args.broker) as address, bmq.Session(broker=address, options=session_options(args)) as session:
-        queue = session.open_queue(args.uri, read=True, options=bmq.QueueOptions(
+        # Raw payloads are written back to back, so they are taken in batches: one write and
+        # one confirm per batch, no object per message.
+        queue = session.open_queue(args.uri, read=True, batches=raw, options=bmq.QueueOptions(
             max_unconfirmed_messages=args.max_unconfirmed))
-        while args.count is None or received < args.count:
-            msg = queue.get(timeout=args.timeout)
-            if msg is None:
-                break
-            received += 1
-            if args.output == "raw":
-                out.write(msg.data)
-            else:
+        if raw:
+            while args.count is None or received < args.count:
+                left = args.max_unconfirmed if args.count is None else args.count - received
+                batch = queue.get_batch(left, timeout=args.timeout)
+                if batch is None:
+                    break
+                received += len(batch)
+                out.write(batch.payloads)
+                if not args.no_confirm:
+                    batch.confirm()
+                progress.advance(len(batch))
+        else:
+            while args.count is None or received < args.count:
+                msg = queue.get(timeout=args.timeout)
+                if msg is None:
+                    break
+                received += 1
                 out.write(json.dumps(message_record(msg), separators=(",", ":")).encode() + b"\n")
-            if not args.no_confirm:
-                pending.append(msg)
-                if len(pending) >= 256:
-                    session.confirm_many(pending)
-                    pending = []
-            progress.advance()
+                if not args.no_confirm:
+                    pending.append(msg)
+                    if len(pending) >= 256:
+                        session.confirm_many(pending)
+                        pending = []
+                progress.advance()
         if pending:
             session.confirm_many(pending)
         out.flush()

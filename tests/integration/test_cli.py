@@ -71,6 +71,20 @@ def test_raw_output_is_the_exact_payload(broker, tmp_path):
     assert consumed.stdout == source.read_bytes()
 
 
+def test_raw_output_of_many_stops_at_count_and_leaves_the_rest(broker):
+    import bmq
+
+    uri = "bmq://bmq.test.mem.priority/cli-raw-many"
+    payloads = [b"%d:" % i + b"x" * (i % 7 + 1) for i in range(500)]
+    with bmq.Session(broker.address) as session:
+        session.open_queue(uri, write=True).post_many(payloads)
+    consumed = run_cli("consume", uri, "--broker", broker.address, "--count", "300", "--output", "raw")
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    assert consumed.stdout == b"".join(payloads[:300])  # in order, back to back, exactly 300
+    rest = run_cli("consume", uri, "--broker", broker.address, "--count", "200", "--output", "raw")
+    assert rest.stdout == b"".join(payloads[300:])  # the first 300 were confirmed, none twice
+
+
 def test_bench_writes_json_with_documented_keys_and_each_sessions_stats(tmp_path):
     out = tmp_path / "bench.json"
     result = run_cli("bench", "--count", "2000", "--size", "64", "--json", str(out), "--stats")
