@@ -60,6 +60,10 @@ class BlazingMQReader(DataSourceReader):
             return
         options = self._options
         make_batch = message_batch_factory(self._schema)
+
+        def rows(parts: List[bmq.MessageBatch]) -> pa.RecordBatch:
+            return make_batch(bmq.MessageBatch.join(parts), datetime.datetime.now(datetime.timezone.utc))
+
         # Nothing is confirmed before the end, so the whole share may be unconfirmed at once.
         session, queue = _session.open_consumer(options, max_messages=share, max_bytes=share * bmq.MAX_PAYLOAD_SIZE)
         try:
@@ -77,10 +81,10 @@ class BlazingMQReader(DataSourceReader):
                 count, waiting = count + len(part), waiting + len(part)
                 deadline = time.monotonic() + options.idle_timeout
                 if waiting >= _CHUNK:
-                    yield make_batch(bmq.MessageBatch.join(pending), datetime.datetime.now(datetime.timezone.utc))
+                    yield rows(pending)
                     pending, waiting = [], 0
             if pending:
-                yield make_batch(bmq.MessageBatch.join(pending), datetime.datetime.now(datetime.timezone.utc))
+                yield rows(pending)
             if options.confirm:
                 for part in taken:
                     part.confirm()

@@ -324,11 +324,9 @@ def _text_map(all_properties: Optional[Sequence[Dict[str, Any]]], count: int, ma
     return pa.Array.from_buffers(map_type, count, [None, pa.py_buffer(ends)], children=[entries])
 
 
-def _hex_strings(guids: bytes, count: int) -> pa.StringArray:
-    """``count`` upper-case hex strings of the 16-byte GUIDs concatenated in ``guids``."""
-    width = 2 * _GUID_SIZE
+def _fixed_width(text: bytes, width: int, count: int) -> pa.StringArray:
+    """``count`` strings of ``width`` encoded bytes each, back to back in ``text``."""
     ends = array.array("i", range(0, width * count + 1, width))
-    text = guids.hex().upper().encode()
     return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(ends), pa.py_buffer(text)])
 
 
@@ -337,12 +335,6 @@ def _variable(values: List[bytes], kind: pa.DataType) -> pa.Array:
     ends = array.array("i", [0])
     ends.extend(itertools.accumulate(map(len, values)))
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(ends), pa.py_buffer(b"".join(values))])
-
-
-def _repeated_text(text: bytes, count: int) -> pa.StringArray:
-    """``count`` times the same encoded string."""
-    ends = array.array("i", range(0, len(text) * count + 1, len(text)))
-    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(ends), pa.py_buffer(text * count)])
 
 
 def _repeated_timestamp(moment: datetime.datetime, kind: pa.TimestampType, count: int) -> pa.TimestampArray:
@@ -371,14 +363,15 @@ def message_batch_factory(schema: StructType) -> Callable[[bmq.MessageBatch, dat
     def batch(messages: bmq.MessageBatch, received: datetime.datetime) -> pa.RecordBatch:
         count = len(messages)
         all_properties = messages.all_properties() if messages.has_properties else None
+        uri = messages.queue_uri.encode()
         columns = [
             pa.Array.from_buffers(
                 pa.binary(), count, [None, pa.py_buffer(messages.offsets), pa.py_buffer(messages.payloads)]
             ),
             _text_map(all_properties, count, map_type),
-            _hex_strings(messages.guids, count),
+            _fixed_width(messages.guids.hex().upper().encode(), 2 * _GUID_SIZE, count),  # GUIDs in hex
             # A reader consumes one queue: every message of a batch has the same URI.
-            _repeated_text(messages.queue_uri.encode(), count),
+            _fixed_width(uri * count, len(uri), count),
             _repeated_timestamp(received, received_type, count),
         ]
         for index, (name, convert) in enumerate(extra, start=len(READ_FIELDS)):
