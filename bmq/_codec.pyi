@@ -218,3 +218,9 @@ def build_confirm_event(confirms: Sequence[ConfirmSpec]) -> bytes: ...
 def iter_confirms(event: Buffer) -> list[ConfirmSpec]: ...
 def build_confirm_run(queue_id: int, guids: Buffer, sub_queue_id: int) -> bytes:
     """A CONFIRM event for every 16-byte GUID of ``guids``, all of one queue and sub-queue."""
+
+# ---- socket calls that keep the interpreter lock ------------------------------------
+def send_now(fd: int, data: Buffer) -> int:
+    """Bytes of ``data`` socket ``fd`` took at once (0 when full); never waits."""
+def recv_now(fd: int, buffer: Union[bytearray, memoryview]) -> int:
+    """Bytes read into ``buffer``; 0 at the end of the stream, -1 when nothing was there."""

@@ -5,7 +5,7 @@ This module only gathers its parts: each file in ``bmq/_wire`` holds one area of
 protocol, all compiled into this single extension so they can share inline C helpers.
 Section numbers (§) in these files refer to docs/protocol.md.
 """
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_New
@@ -29,3 +29,4 @@ include "compress.pxi"
 include "put.pxi"
 include "push.pxi"
 include "ackconfirm.pxi"
+include "sockio.pxi"

@@ -26,7 +26,8 @@ _RECV_SIZE = 1 << 20
 # Small events are joined into one sendall up to this many bytes; bigger ones go alone.
 _COALESCE_BYTES = 256 * 1024
 _IDLE_POLL = 0.5
-_DONTWAIT = getattr(socket, "MSG_DONTWAIT", None)
+_send_now = _codec.send_now
+_recv_now = _codec.recv_now
 # A coalescing send within this many seconds of the previous direct write goes to the writer
 # thread: a stream of post_async() calls or confirms becomes few socket writes (one syscall costs
 # more than building a small PUT), while the first of a burst is still written at once.
@@ -91,6 +92,7 @@ class Transport:
         self._high_watermark = high_watermark
         self._name = name or str(next(_counter))
         self._sock: Optional[socket.socket] = None
+        self._fd = -1
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
         # The writer thread waits on _not_empty: only then is a notify needed (Condition.notify
@@ -137,6 +139,7 @@ class Transport:
                 sock.close()
                 raise ConnectionError(f"connection to {host}:{port} closed while connecting")
             self._sock = sock
+            self._fd = sock.fileno()
         self._writer = threading.Thread(target=self._write_loop, name=f"bmq-writer-{self._name}", daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name=f"bmq-reader-{self._name}", daemon=True)
         self._writer.start()
@@ -176,7 +179,7 @@ class Transport:
                     waited = time.monotonic()
                     self._has_room.wait(remaining)
                     self.high_watermark_wait += time.monotonic() - waited
-            if (self._queue or self._writing or self._closed or _DONTWAIT is None
+            if (self._queue or self._writing or self._closed
                     or (coalesce and time.monotonic() - self._last_direct < _BURST)):
                 self._enqueue(data)
                 return
@@ -184,12 +187,11 @@ class Transport:
             # to the writer (latency of a single post); whatever does not fit is queued.
             self._writing = True
         try:
-            sent = self._sock.send(data, _DONTWAIT)  # type: ignore[union-attr]
-        except BlockingIOError:
-            sent = 0
+            sent = _send_now(self._fd, data)
         except OSError as e:
             with self._lock:
                 self._writing = False
+                self._has_room.notify_all()  # the reader may be waiting to close the socket
             self._fail(ConnectionLost(f"write to {self.address[0]}:{self.address[1]} failed: {e}"), e)
             raise ConnectionLost(f"write to {self.address[0]}:{self.address[1]} failed: {e}") from e
         with self._lock:
@@ -201,6 +203,8 @@ class Transport:
                 self._queued += size - sent
             if self._queue and self._writer_waiting:
                 self._not_empty.notify()
+            if self._closed:
+                self._has_room.notify_all()  # the reader may be waiting to close the socket
 
     def send_control(self, data: bytes) -> None:
         """Queue ``data`` ignoring the high watermark (control traffic is never blocked).
@@ -221,6 +225,7 @@ class Transport:
 
     def _write_loop(self) -> None:
         queue = self._queue
+        fd = self._fd
         while True:
             with self._lock:
                 while (not queue or self._writing) and not self._closed:
@@ -236,9 +241,17 @@ class Transport:
                     item = queue.popleft()
                     batch.append(item)
                     size += len(item)
+            data = batch[0] if len(batch) == 1 else b"".join(batch)
             try:
-                self._sock.sendall(batch[0] if len(batch) == 1 else b"".join(batch))  # type: ignore[union-attr]
+                # Most of a coalesced batch goes at once, keeping the interpreter lock; what
+                # the socket does not take yet is waited for with the lock released.
+                sent = _send_now(fd, data)
+                if sent < size:
+                    self._sock.sendall(memoryview(data)[sent:])  # type: ignore[union-attr]
             except OSError as e:
+                with self._lock:
+                    self._writing = False
+                    self._has_room.notify_all()  # the reader may be waiting to close the socket
                 self._fail(ConnectionLost(f"write to {self.address[0]}:{self.address[1]} failed: {e}"), e)
                 return
             with self._lock:
@@ -251,6 +264,7 @@ class Transport:
     def _read_loop(self) -> None:
         sock = self._sock
         assert sock is not None
+        fd = self._fd
         frames = _codec.FrameReader()
         on_event = self._on_event
         # One reusable buffer: recv() would allocate (and the allocator map) 1 MiB per call.
@@ -281,7 +295,9 @@ class Transport:
                     wait = max(0.0, next_check - now)
                 if not select.select([sock], [], [], wait)[0]:
                     continue
-                size = sock.recv_into(buffer)
+                size = _recv_now(fd, buffer)
+                if size < 0:
+                    continue
                 if not size:
                     raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
                 events = frames.feed(view[:size])
@@ -305,6 +321,13 @@ class Transport:
             writer = self._writer
             if writer is not None:
                 writer.join(5.0)
+            with self._lock:
+                # A thread still inside a write holds the descriptor's number: closing it now
+                # could let the number be reused and that write land elsewhere. The socket is
+                # shut down, so such a write fails at once (the wait is bounded all the same).
+                deadline = time.monotonic() + 5.0
+                while self._writing and self._has_room.wait(max(0.0, deadline - time.monotonic())):
+                    pass
             sock.close()
 
     # ---- closing ------------------------------------------------------------------
