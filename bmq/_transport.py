@@ -293,11 +293,15 @@ class Transport:
                             self.send_control(_codec.HEARTBEAT_REQ)
                             missed += 1
                     wait = max(0.0, next_check - now)
-                if not select.select([sock], [], [], wait)[0]:
-                    continue
+                # Read first: while the broker streams, data is usually there already, and a
+                # select per read would cost a system call and an interpreter-lock hand-off.
                 size = _recv_now(fd, buffer)
                 if size < 0:
-                    continue
+                    if not select.select([sock], [], [], wait)[0]:
+                        continue
+                    size = _recv_now(fd, buffer)
+                    if size < 0:
+                        continue
                 if not size:
                     raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
                 events = frames.feed(view[:size])
