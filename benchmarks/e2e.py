@@ -7,7 +7,9 @@ Patterns (100-byte messages, each on a fresh queue, both clients back to back):
   blocking ``post_many`` of 1,000; official: it has no batch call, so ``post`` with ``on_ack``
   for every message, then wait for the last ACK: its fastest way to post).
 * ``post``: blocking ``post()`` from one thread (official: ``post`` + wait for its ACK), with
-  post->ACK latency percentiles.
+  post->ACK latency percentiles; and its floor, the same on a bare socket (one thread writes a
+  PUT and reads its ACK, no client library): no client can do better than the broker's round
+  trip, so ``post_floor_ratio_vs_official`` bounds every client's ratio.
 * ``post_8_threads``: blocking ``post()`` from 8 threads at once on one session.
 * ``post_async_window``: ``post_async`` keeping a window of 100 posts in flight (official: ``post``
   with ``on_ack`` and the same window).
@@ -86,6 +88,26 @@ def bmq_post(address: str, count: int) -> Dict[str, float]:
             t0 = time.perf_counter()
             queue.post(PAYLOAD)
             latencies.append(time.perf_counter() - t0)
+    return percentiles(latencies)
+
+
+def floor_post(address: str, count: int) -> Dict[str, float]:
+    """The physical limit of blocking posts: one thread writes a PUT and reads its ACK on a
+    bare socket (bmq's test client: no threads, no pending table, no futures). No client can
+    post one message at a time faster than the broker answers this."""
+    from bmq.broker._rawclient import RawClient  # the broker's test client, not bmq's API
+
+    latencies = []
+    with RawClient(int(address.rsplit(":", 1)[1])) as client:
+        uri = fresh_uri("floor-one")
+        client.open(uri, 1, write=True)
+        for _ in range(count):
+            t0 = time.perf_counter()
+            client.put(1, (PAYLOAD,))
+            status = client.acks(1)[0][0]
+            latencies.append(time.perf_counter() - t0)
+            if status != 0:
+                raise RuntimeError(f"bare socket post: ACK status {status}")
     return percentiles(latencies)
 
 
@@ -304,6 +326,8 @@ PRODUCE = {
     "post_8_threads": (bmq_post_threads, official_post_threads, "posts"),
     "post_async_window": (bmq_post_async_window, official_post_async_window, "messages"),
 }
+# Patterns with a physical limit measured in the same run (see floor_post).
+FLOOR = {"post": floor_post}
 CONSUME = {
     "consume_get_confirm": (bmq_consume_get_confirm, official_consume_get_confirm),
     "consume_on_message_confirm": (bmq_consume_on_message, official_consume_on_message),
@@ -360,7 +384,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                 if pattern in PRODUCE:
                     ours, theirs, size = PRODUCE[pattern]
                     count = getattr(args, size)
-                    for name, run in (("bmq", ours), ("official", theirs)):
+                    for name, run in (("bmq", ours), ("official", theirs), ("floor", FLOOR.get(pattern))):
+                        if run is None:
+                            continue
                         runs.setdefault(name, []).append(
                             measure(broker, lambda run=run: run(broker.address, count), count))
                 else:
@@ -386,11 +412,25 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                          figures["bmq"]["client_cpu_us_per_msg"],
                          official["client_cpu_us_per_msg"] if official else "-",
                          figures["bmq"]["broker_cpu_us_per_msg"]])
+            floor = figures.get("floor")
+            if floor:
+                # What any client could reach at best: the bare socket against the official SDK.
+                results[f"{pattern}_ratio_vs_floor"] = figures["bmq"]["msgs_per_s"] / floor["msgs_per_s"]
+                if official:
+                    results[f"{pattern}_floor_ratio_vs_official"] = floor["msgs_per_s"] / official["msgs_per_s"]
+                rows.append([f"  {pattern} floor: bare socket, one thread", floor["msgs_per_s"],
+                             official["msgs_per_s"] if official else "-",
+                             floor["msgs_per_s"] / official["msgs_per_s"] if official else "-",
+                             floor["client_cpu_us_per_msg"], "", floor["broker_cpu_us_per_msg"]])
             for q in ("p50", "p90", "p99"):
                 if f"{q}_us" in figures["bmq"] and official:
                     ours_q, theirs_q = figures["bmq"][f"{q}_us"], official[f"{q}_us"]
                     results[f"{pattern}_{q}_latency_ratio_vs_official"] = ours_q / theirs_q
                     rows.append([f"  {pattern} {q} latency (us)", ours_q, theirs_q, ours_q / theirs_q, "", "", ""])
+                    if floor:
+                        results[f"{pattern}_{q}_floor_latency_ratio_vs_official"] = floor[f"{q}_us"] / theirs_q
+                        rows.append([f"  {pattern} {q} floor latency (us)", floor[f"{q}_us"], theirs_q,
+                                     floor[f"{q}_us"] / theirs_q, "", "", ""])
     finally:
         broker.stop()
     emit(f"bmq vs official SDK, pattern by pattern ({broker.name}, {len(PAYLOAD)}-byte messages)",
