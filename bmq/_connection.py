@@ -23,7 +23,7 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import _codec, _schema
 from ._dispatch import fail_future, resolve_future
@@ -82,13 +82,15 @@ class Connection:
         address: ``(host, port)``.
         high_watermark: the transport's outgoing high watermark, bytes.
         name: suffix of the transport's thread names.
-        on_ack, on_push, on_control: called on the reader thread with each ACK, PUSH and
-            (after negotiation) CONTROL event.
+        on_acks: called on the reader thread with ACK events, several at once when they arrived
+            together (see :class:`Transport`).
+        on_push, on_control: called on the reader thread with each PUSH and (after
+            negotiation) CONTROL event.
         on_failure: called once with this connection and the error when it dies.
     """
 
     def __init__(self, address: Tuple[str, int], high_watermark: int, name: str,
-                 on_ack: Callable[[bytes], None], on_push: Callable[[bytes], None],
+                 on_acks: Callable[[List[bytes]], None], on_push: Callable[[bytes], None],
                  on_control: Callable[[bytes], None],
                  on_failure: Callable[["Connection", BaseException], None]) -> None:
         self.negotiation: "Future[Dict[str, Any]]" = Future()
@@ -97,8 +99,8 @@ class Connection:
         self._authentication: "Optional[Future[Dict[str, Any]]]" = None
         self._reauth_timer: Optional[threading.Timer] = None
         self._name = name
-        self._on_ack, self._on_push, self._on_control, self._on_failure = on_ack, on_push, on_control, on_failure
-        self.transport = Transport(address, self._on_event, self._on_transport_failure, high_watermark, name)
+        self._on_acks, self._on_push, self._on_control, self._on_failure = on_acks, on_push, on_control, on_failure
+        self.transport = Transport(address, self._on_events, self._on_transport_failure, high_watermark, name)
 
     def establish(self, identity: Dict[str, Any], broker: str, timeout: float,
                   credential: Optional[CredentialSource] = None) -> None:
@@ -216,12 +218,18 @@ class Connection:
         self.close()
         fail_future(self.negotiation, SessionClosedError("the session stopped while connecting"))
 
-    def _on_event(self, event_type: int, event: bytes) -> None:
+    def _on_events(self, event_type: int, events: List[bytes]) -> None:
         if event_type == _EVENT_ACK:
-            self._on_ack(event)
+            self._on_acks(events)
         elif event_type == _EVENT_PUSH:
-            self._on_push(event)
-        elif event_type == _EVENT_AUTHENTICATION:
+            for event in events:
+                self._on_push(event)
+        else:
+            for event in events:
+                self._on_event(event_type, event)
+
+    def _on_event(self, event_type: int, event: bytes) -> None:
+        if event_type == _EVENT_AUTHENTICATION:
             message, _ = _schema.decode_event(event, "authentication")
             if self._authentication is not None:
                 resolve_future(self._authentication, message)

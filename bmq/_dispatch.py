@@ -8,11 +8,11 @@ import queue as _stdqueue
 import threading
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, RUNNING
-from typing import Any, Callable, Deque, List, Optional
+from typing import Any, Callable, Deque, Iterable, List, Optional
 
 from . import events as ev
 
-__all__ = ["Dispatcher", "EventQueue", "new_futures", "resolve_future", "fail_future"]
+__all__ = ["Dispatcher", "EventQueue", "new_futures", "resolve_future", "resolve_futures", "fail_future"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +91,36 @@ def resolve_future(future: "Future[Any]", value: Any) -> None:
         future.set_result(value)
     except InvalidStateError:  # the caller cancelled it
         pass
+
+
+def resolve_futures(futures: "Iterable[Future[Any]]", values: Iterable[Any]) -> None:
+    """Set the results of futures made by :func:`new_futures` (those the caller cancelled
+    stay so), as ``set_result`` would, but taking each shared condition once for a run of
+    futures that share it, with one wake-up: a post call's futures, or one thread's single posts."""
+    condition: Optional[threading.Condition] = None
+    done: List[Any] = []
+    try:
+        for future, value in zip(futures, values):
+            if future._condition is not condition:  # type: ignore[attr-defined]
+                if condition is not None:
+                    condition.notify_all()
+                    condition.release()
+                condition = None
+                future._condition.acquire()  # type: ignore[attr-defined]
+                condition = future._condition  # type: ignore[attr-defined]
+            if future._state not in _DONE_STATES:  # type: ignore[attr-defined]
+                future._result = value  # type: ignore[attr-defined]
+                future._state = FINISHED  # type: ignore[attr-defined]
+                for waiter in future._waiters:  # type: ignore[attr-defined]
+                    waiter.add_result(future)
+                if future._done_callbacks:  # type: ignore[attr-defined]
+                    done.append(future)
+    finally:
+        if condition is not None:
+            condition.notify_all()
+            condition.release()
+    for future in done:
+        future._invoke_callbacks()  # type: ignore[attr-defined]
 
 
 def fail_future(future: "Future[Any]", exc: BaseException) -> None:

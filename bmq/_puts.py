@@ -9,14 +9,17 @@ owner of the durable outbox (append, remove, close).
 """
 from __future__ import annotations
 
+import collections
 import logging
+import operator
 import threading
 import time
 from concurrent.futures import Future
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import _codec, _properties
-from ._dispatch import new_futures, resolve_future
+from ._dispatch import new_futures, resolve_futures
 from ._outbox import OutboxRecord
 from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus, QueueState
 from .exceptions import (
@@ -42,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 _ACK_REQUESTED = _codec.PUT_ACK_REQUESTED
 _new_tuple = tuple.__new__
+_status_of = operator.itemgetter(0)
+_guid_of = operator.itemgetter(2)
 _RETRANSMIT_CHUNK = 10000
 
 OnAck = Optional[Callable[[Ack], None]]
@@ -129,14 +134,6 @@ class Batch:
 
 
 _Settled = List[Tuple[Batch, int, Ack]]
-
-
-def _add_answers(counters: Any, answers: List[int]) -> None:
-    """Add a run's broker answers (by wire status) to a queue's counters, and reset them."""
-    for status, count in enumerate(answers):
-        if count:
-            counters.broker_answers[status] += count
-            answers[status] = 0
 
 
 class PendingPuts:
@@ -326,48 +323,108 @@ class PendingPuts:
 
     def _notify(self, settled: _Settled) -> None:
         """Outside the lock: resolve futures, queue on_ack callbacks, wake blocking posters."""
+        answered = [(batch.futures[i], ack) for batch, i, ack in settled if batch.futures is not None]
+        if answered:
+            resolve_futures(*zip(*answered))
         submit = self._submit
-        for batch, i, ack in settled:
-            if batch.futures is not None:
-                resolve_future(batch.futures[i], ack)
-            elif not batch.remaining:
+        for batch, _, ack in settled:
+            if batch.futures is None and not batch.remaining:
                 batch.finished.release()  # type: ignore[union-attr]
             if batch.on_ack is not None:
                 submit(batch.on_ack, ack)
             if batch.trace is not None and not batch.remaining:
                 batch.trace.end(batch.acks)
 
-    def handle_acks(self, event: bytes) -> None:
-        """Reader thread: settle the messages of an ACK event."""
+    def handle_acks(self, events: List[bytes]) -> None:
+        """Reader thread: settle the messages of ACK events (those that came in one read)."""
         settled: _Settled = []
         guids: Optional[List[bytes]] = [] if self._outbox is not None else None
         # A message's deadline is its post time + ack_timeout: latency = now + ack_timeout - deadline.
         answered = time.monotonic() + self._options.ack_timeout
-        last = None
-        uri = ""
-        answers = [0] * 16  # by wire status, for the queue of `last`: counted once per run
+        acked = _codec.iter_acks(events[0])
+        for event in events[1:]:
+            acked += _codec.iter_acks(event)
         with self._lock:
-            pop = self._pending.pop
-            settle = self._settle
-            # Once per message acknowledged: the Ack is made without NamedTuple's Python-level __new__.
-            for status, _, guid, _ in _codec.iter_acks(event):
-                batch = pop(guid, None)
-                if batch is not None:
-                    if batch is not last:  # one latency sample per post call in this event
-                        if last is not None:
-                            _add_answers(last.queue._counters, answers)
-                        batch.queue._counters.latencies.append(answered - batch.deadline)
-                        last, uri = batch, batch.queue.uri
-                    settle(batch, guid, _new_tuple(Ack, (ACK_STATUS_FROM_WIRE[status], guid, uri)), settled)
-                    answers[status] += 1
-                    if guids is not None:
-                        guids.append(guid)
-            if last is not None:  # some message was settled
-                _add_answers(last.queue._counters, answers)
+            before = len(self._pending)
+            batch = self._sole_batch(acked)
+            if batch is not None:
+                self._settle_run(batch, acked, answered, settled, guids)
+            else:
+                self._settle_each(acked, answered, settled, guids)
+            if len(self._pending) < before:  # room for posters waiting on max_pending_bytes
                 self._room.notify_all()
         if guids:
             self._outbox.remove(guids)  # type: ignore[union-attr]
         self._notify(settled)
+
+    def _sole_batch(self, acked: List[Tuple[int, int, bytes, int]]) -> Optional[Batch]:
+        """Caller holds the lock: the post call that all of several ACKs answer, if one does
+        (a post_many's ACKs come back together), else None."""
+        if len(acked) < 2:
+            return None
+        get = self._pending.get
+        batch = get(acked[0][2])
+        if batch is None or batch is not get(acked[-1][2]):
+            return None
+        return batch if list(map(get, map(_guid_of, acked))).count(batch) == len(acked) else None
+
+    def _settle_run(self, batch: Batch, acked: List[Tuple[int, int, bytes, int]], answered: float,
+                    settled: _Settled, guids: Optional[List[bytes]]) -> None:
+        """Caller holds the lock: settle ``acked``, all answering messages of ``batch``, with
+        whole-list operations rather than a Python step per message (a post call's messages
+        are answered in order, so their Acks are stored by slices)."""
+        count = len(acked)
+        keys = list(map(_guid_of, acked))
+        statuses = list(map(_status_of, acked))
+        collections.deque(map(self._pending.__delitem__, keys), maxlen=0)  # at C speed
+        queue = batch.queue
+        acks = list(map(_new_tuple, repeat(Ack, count),
+                        zip(map(ACK_STATUS_FROM_WIRE.__getitem__, statuses), keys, repeat(queue.uri, count))))
+        counters = queue._counters
+        counters.latencies.append(answered - batch.deadline)
+        if statuses.count(0) == count:  # all SUCCESS
+            counters.broker_answers[0] += count
+        else:
+            for status in statuses:
+                counters.broker_answers[status] += 1
+        indexes = list(map(batch.index.__getitem__, keys))
+        first = indexes[0]
+        if indexes == list(range(first, first + count)):
+            batch.acks[first:first + count] = acks
+            self._bytes -= sum(map(len, batch.payloads[first:first + count]))
+        else:
+            for i, ack in zip(indexes, acks):
+                batch.acks[i] = ack
+            self._bytes -= sum(map(len, map(batch.payloads.__getitem__, indexes)))
+        batch.remaining -= count
+        if batch.futures is not None or batch.on_ack is not None:
+            settled.extend(zip(repeat(batch), indexes, acks))
+        elif not batch.remaining:
+            settled.append((batch, first, acks[0]))
+        if guids is not None:
+            guids.extend(keys)
+
+    def _settle_each(self, acked: List[Tuple[int, int, bytes, int]], answered: float, settled: _Settled,
+                     guids: Optional[List[bytes]]) -> None:
+        """Caller holds the lock: settle ``acked`` message by message (single posts, several
+        post calls in one event, unknown GUIDs)."""
+        last = None
+        uri = ""
+        answers: List[int] = []
+        pop = self._pending.pop
+        settle = self._settle
+        # Once per message acknowledged: the Ack is made without NamedTuple's Python-level __new__.
+        for status, _, guid, _ in acked:
+            batch = pop(guid, None)
+            if batch is not None:
+                if batch is not last:  # one latency sample per post call in this event
+                    counters = batch.queue._counters
+                    counters.latencies.append(answered - batch.deadline)
+                    last, uri, answers = batch, batch.queue.uri, counters.broker_answers
+                settle(batch, guid, _new_tuple(Ack, (ACK_STATUS_FROM_WIRE[status], guid, uri)), settled)
+                answers[status] += 1
+                if guids is not None:
+                    guids.append(guid)
 
     def _complete(self, predicate: Callable[[Batch], bool], status: AckStatus, in_order: bool = False) -> int:
         """Settle every message whose batch matches with a local ``status``; final answers

@@ -1,7 +1,8 @@
 """One TCP connection to a broker: a reader thread, a writer thread and a bounded write queue.
 
 The transport knows framing and heartbeats (protocol §1.1, §10) and nothing about sessions:
-whole events go up through ``on_event(event_type, event)`` on the reader thread, and a
+whole events go up through ``on_events(event_type, events)`` on the reader thread (consecutive
+events of one type together), and a
 failure goes up once through ``on_failure(exception)``.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import select
 import socket
 import threading
 import time
-from typing import Callable, Deque, Optional, Tuple
+from typing import Callable, Deque, List, Optional, Tuple
 
 from . import _codec
 from .exceptions import BandwidthLimitError, ConnectionError, ConnectionLost, InvalidURIError
@@ -36,7 +37,7 @@ _HEARTBEAT_REQ_TYPE = _codec.EVENT_HEARTBEAT_REQ
 _HEARTBEAT_RSP_TYPE = _codec.EVENT_HEARTBEAT_RSP
 _counter = itertools.count(1)
 
-EventHandler = Callable[[int, bytes], None]
+EventHandler = Callable[[int, List[bytes]], None]
 FailureHandler = Callable[[BaseException], None]
 
 
@@ -68,7 +69,8 @@ class Transport:
 
     Args:
         address: ``(host, port)``.
-        on_event: called on the reader thread for every event except heartbeats.
+        on_events: called on the reader thread with every event except heartbeats, in order;
+            consecutive events of one type that arrived together come in one call.
         on_failure: called once, from the reader or writer thread, when the connection fails
             (not after :meth:`close`).
         high_watermark: bytes queued for the socket above which :meth:`send` waits.
@@ -81,13 +83,13 @@ class Transport:
     def __init__(
         self,
         address: Tuple[str, int],
-        on_event: EventHandler,
+        on_events: EventHandler,
         on_failure: FailureHandler,
         high_watermark: int,
         name: str = "",
     ) -> None:
         self.address = address
-        self._on_event = on_event
+        self._on_events = on_events
         self._on_failure = on_failure
         self._high_watermark = high_watermark
         self._name = name or str(next(_counter))
@@ -266,7 +268,7 @@ class Transport:
         assert sock is not None
         fd = self._fd
         frames = _codec.FrameReader()
-        on_event = self._on_event
+        on_events = self._on_events
         # One reusable buffer: recv() would allocate (and the allocator map) 1 MiB per call.
         buffer = bytearray(_RECV_SIZE)
         view = memoryview(buffer)
@@ -311,12 +313,23 @@ class Transport:
                     # Only whole events prove the link alive (protocol §10): a stream stuck
                     # inside a bogus length must still be detected as dead.
                     received = True
+                # Consecutive events of one type go up together: the broker sends ACKs and
+                # PUSHes in many small events, and the costs of handling one are then paid once
+                # per read rather than once per event.
+                run: List[bytes] = []
+                run_type = -1
                 for event in events:
                     event_type = event[4] & 0x3F
                     if event_type == _HEARTBEAT_REQ_TYPE:
                         self.send_control(_codec.HEARTBEAT_RSP)
                     elif event_type != _HEARTBEAT_RSP_TYPE:
-                        on_event(event_type, event)
+                        if event_type != run_type and run:
+                            on_events(run_type, run)
+                            run = []
+                        run_type = event_type
+                        run.append(event)
+                if run:
+                    on_events(run_type, run)
         except BaseException as e:  # noqa: B902 - whatever kills the reader must reach the owner
             if isinstance(e, OSError) and not isinstance(e, ConnectionError):
                 e = ConnectionLost(f"read from {self.address[0]}:{self.address[1]} failed: {e}")

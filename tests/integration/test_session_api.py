@@ -105,3 +105,31 @@ def test_post_futures_behave_like_standard_futures(made_by):
     assert isinstance(errored.exception(1.0), ValueError)
     with pytest.raises(ValueError):
         errored.result(0)
+
+
+def test_futures_resolved_together_behave_like_set_result_on_each():
+    """resolve_futures (how an ACK event settles its futures) takes each shared condition once:
+    waiters, concurrent.futures.wait and done-callbacks must all see what set_result gives."""
+    import concurrent.futures as cf
+    import threading
+
+    from bmq._dispatch import new_futures, resolve_futures
+
+    batch = new_futures(2)
+    single_a, single_b = new_futures(1)[0], new_futures(1)[0]  # one thread's: a shared condition
+    already = new_futures(1)[0]
+    already.set_result("first answer")
+    futures = [single_a, batch[0], batch[1], single_b, already]
+    woke = {}
+    waiter = threading.Thread(target=lambda: woke.setdefault("value", batch[1].result(5.0)))
+    waiter.start()
+    called = []
+    single_b.add_done_callback(lambda f: called.append(f.result()))
+    with cf.ThreadPoolExecutor(1) as pool:
+        waiting_on = pool.submit(cf.wait, [single_a, batch[0]], 5.0)
+        resolve_futures(futures, ["a", "b0", "b1", "b", "late"])
+        assert waiting_on.result(5.0).done == {single_a, batch[0]}
+    waiter.join(5.0)
+    assert woke == {"value": "b1"}
+    assert [f.result(0) for f in futures] == ["a", "b0", "b1", "b", "first answer"]
+    assert called == ["b"]

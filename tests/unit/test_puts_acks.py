@@ -1,0 +1,132 @@
+"""PendingPuts.handle_acks: every ACK settles its own message, however the broker groups them.
+
+A post call's ACKs usually come back together and in order (settled as one run, by slices);
+they may also come out of order, split over events, mixed with other calls' ACKs, or mixed
+with GUIDs nobody is waiting for. Each way must give every message its own answer."""
+from __future__ import annotations
+
+import threading
+from typing import Any, List
+
+import bmq
+from bmq import _codec
+from bmq._puts import PendingPuts
+from bmq._stats import QueueCounters
+from bmq._types import QueueState
+
+SUCCESS, LIMIT_MESSAGES = 0, 1
+
+
+class _Transport:
+    def send(self, data: bytes, timeout: float, coalesce: bool = False) -> None:
+        pass
+
+
+class _Queue:
+    state = QueueState.OPEN
+    uri = "bmq://bmq.test.mem.priority/acks"
+    queue_id = 1
+
+    def __init__(self) -> None:
+        self._counters = QueueCounters()
+
+
+def _puts(options: Any = None) -> PendingPuts:
+    """A PendingPuts whose on_ack callbacks run at once (the dispatcher's job), already connected."""
+    puts = PendingPuts(options or bmq.SessionOptions(), lambda fn, *args: fn(*args), None)
+    puts._transport = _Transport()  # type: ignore[assignment]
+    return puts
+
+
+def _post(puts: PendingPuts, queue: _Queue, count: int, asynchronous: bool, on_ack: Any = None) -> Any:
+    payloads = [b"m%d" % i for i in range(count)]
+    return puts.post(queue, payloads, None, None, None, _codec.GuidGenerator(7), True, 0, on_ack, asynchronous)
+
+
+def _keys(batch: Any) -> List[bytes]:
+    return sorted(batch.index, key=batch.index.__getitem__)
+
+
+def _ack_event(guids: List[bytes], status: int = SUCCESS) -> bytes:
+    return _codec.build_ack_event([(status, 0, guid, 1) for guid in guids])
+
+
+def test_a_post_calls_acks_in_one_event_settle_it_in_order():
+    puts, queue = _puts(), _Queue()
+    batch = _post(puts, queue, 50, asynchronous=False)
+    keys = _keys(batch)
+    puts.handle_acks([_ack_event(keys)])
+    acks = batch.wait(0)
+    assert [ack.guid for ack in acks] == keys
+    assert {ack.status for ack in acks} == {bmq.AckStatus.SUCCESS}
+    assert {ack.queue_uri for ack in acks} == {queue.uri}
+    assert len(puts) == 0 and puts._bytes == 0
+    assert queue._counters.broker_answers[SUCCESS] == 50
+
+
+def test_acks_out_of_order_still_reach_their_own_message():
+    puts, queue = _puts(), _Queue()
+    batch = _post(puts, queue, 20, asynchronous=False)
+    keys = _keys(batch)
+    order = keys[::-1][:10] + keys[:10][::-1]
+    statuses = {key: (LIMIT_MESSAGES if i % 3 == 0 else SUCCESS) for i, key in enumerate(keys)}
+    event = _codec.build_ack_event([(statuses[key], 0, key, 1) for key in order])
+    puts.handle_acks([event])
+    acks = batch.wait(0)
+    assert [ack.guid for ack in acks] == keys
+    assert [ack.status for ack in acks] == [
+        bmq.AckStatus.LIMIT_MESSAGES if statuses[key] else bmq.AckStatus.SUCCESS for key in keys]
+    assert queue._counters.broker_answers[LIMIT_MESSAGES] == 7
+    assert queue._counters.broker_answers[SUCCESS] == 13
+    assert puts._bytes == 0
+
+
+def test_acks_split_over_events_and_calls_settle_once_each():
+    puts, queue = _puts(), _Queue()
+    batch = _post(puts, queue, 30, asynchronous=False)
+    keys = _keys(batch)
+    puts.handle_acks([_ack_event(keys[:10]), _ack_event(keys[10:12])])
+    assert batch.remaining == 18 and len(puts) == 18
+    assert not batch.finished.acquire(blocking=False)  # not all answered yet
+    puts.handle_acks([_ack_event(keys[12:]), _ack_event(keys[:3])])  # repeated ACKs are ignored
+    assert [ack.guid for ack in batch.wait(0)] == keys
+    assert len(puts) == 0 and puts._bytes == 0
+
+
+def test_several_calls_and_unknown_guids_in_one_event():
+    puts, queue = _puts(), _Queue()
+    first, second = _post(puts, queue, 5, asynchronous=False), _post(puts, queue, 5, asynchronous=True)
+    a, b = _keys(first), _keys(second)
+    unknown = [b"\x40" + bytes(15)]
+    puts.handle_acks([_ack_event(a[:2] + b[:2] + unknown + a[2:] + b[2:])])
+    assert [ack.guid for ack in first.wait(0)] == a
+    assert [future.result(0).guid for future in second.futures] == b
+    assert len(puts) == 0
+
+
+def test_a_run_of_asynchronous_posts_resolves_every_future_and_callback():
+    puts, queue = _puts(), _Queue()
+    seen: List[Any] = []
+    batch = _post(puts, queue, 40, asynchronous=True, on_ack=seen.append)
+    keys = _keys(batch)
+    puts.handle_acks([_ack_event(keys)])
+    assert [future.result(0).guid for future in batch.futures] == keys
+    assert [ack.guid for ack in seen] == keys
+    assert len(puts) == 0
+
+
+def test_acks_free_room_for_a_poster_waiting_on_max_pending_bytes():
+    puts, queue = _puts(bmq.SessionOptions(max_pending_bytes=100)), _Queue()
+    batch = puts.post(queue, [b"x" * 50, b"y" * 50], None, None, None, _codec.GuidGenerator(7), True, 0, None, True)
+    posted = threading.Event()
+
+    def post_more() -> None:
+        puts.post(queue, [b"z" * 60], None, None, None, _codec.GuidGenerator(8), True, 0, None, True)
+        posted.set()
+
+    poster = threading.Thread(target=post_more)
+    poster.start()
+    assert not posted.wait(0.05)  # no room yet (100 bytes pending)
+    puts.handle_acks([_ack_event(_keys(batch))])
+    assert posted.wait(5)
+    poster.join(5)
