@@ -61,6 +61,8 @@ def _payload_list(payloads: Sequence[Any], single: bool) -> List[bytes]:
             NUL bytes, so nothing is coerced).
         InvalidArgumentError: an empty payload.
     """
+    if len(payloads) == 1 and type(payloads[0]) is bytes and payloads[0]:  # a single post's
+        return [payloads[0]]
     if set(map(type, payloads)) <= {bytes}:  # the common case, checked at C speed
         result = list(payloads)
     else:
@@ -78,6 +80,8 @@ def _payload_list(payloads: Sequence[Any], single: bool) -> List[bytes]:
 
 def _encode_properties(properties: Any, property_types: Any, count: int, new_style: bool) -> Any:
     """One encoded area for every message (a mapping or None), or a list of one per message."""
+    if properties is None and property_types is None:
+        return None
     if properties is None or isinstance(properties, Mapping):
         return _properties.encode(properties, property_types, new_style)
     areas = _properties.encode_each(list(properties), property_types, new_style)
@@ -260,12 +264,16 @@ class PendingPuts:
                     raise SessionClosedError("the session stopped")
                 if caller_guids and any(key in self._pending for key in keys):
                     raise InvalidArgumentError("a GUID of this post is still waiting for its ACK")
-                self._wait_for_room(size)
+                if self._bytes + size > self._options.max_pending_bytes:
+                    self._wait_for_room(size)
             except Error:
                 if self._outbox is not None:
                     self._outbox.remove(keys)
                 raise
-            self._pending.update(dict.fromkeys(keys, batch))
+            if count == 1:
+                self._pending[guids] = batch
+            else:
+                self._pending.update(dict.fromkeys(keys, batch))
             self._bytes += size
             counters = queue._counters
             counters.posted += count

@@ -89,6 +89,7 @@ class Session:
         self._address = parse_broker_address(broker)
         # Off: the hot paths test this for None and nothing of OpenTelemetry is imported.
         self._telemetry = Telemetry(*self._address) if options.opentelemetry else None
+        self._compression = cast(CompressionAlgorithmType, options.compression).value  # the default, per post
         self._id = next(_session_ids)
         self._guids = _codec.GuidGenerator(self._id)
         self._lock = threading.RLock()
@@ -470,14 +471,14 @@ class Session:
             raise QueueStateError(f"{queue.uri} is {queue.state}")
         if queue.suspended:
             raise QueueStateError(f"{queue.uri} is suspended (host unhealthy)")
-        algorithm = self.options.compression if compression is None else _compression(compression)
+        algorithm = self._compression if compression is None else _compression(compression).value
         trace = None
         if self._telemetry is not None:
             trace, properties = self._telemetry.start_send(queue.uri, payloads, properties)
         try:
             # _new_style read once: a reconnect may change the broker's features meanwhile.
             return self._puts.post(queue, payloads, properties, property_types, guids, self._guids, self._new_style,
-                                   cast(CompressionAlgorithmType, algorithm).value, on_ack, asynchronous, single,
+                                   algorithm, on_ack, asynchronous, single,
                                    trace)
         except BaseException as e:
             if trace is not None:
