@@ -27,6 +27,8 @@ _RECV_SIZE = 1 << 20
 # Small events are joined into one sendall up to this many bytes; bigger ones go alone.
 _COALESCE_BYTES = 256 * 1024
 _IDLE_POLL = 0.5
+# A read of at least this many bytes suggests that more is waiting (see _read_loop).
+_STREAMING_READ = 16 * 1024
 _send_now = _codec.send_now
 _recv_now = _codec.recv_now
 # A coalescing send within this many seconds of the previous direct write goes to the writer
@@ -272,7 +274,7 @@ class Transport:
         # One reusable buffer: recv() would allocate (and the allocator map) 1 MiB per call.
         buffer = bytearray(_RECV_SIZE)
         view = memoryview(buffer)
-        received = False
+        received = streaming = False
         missed = 0
         next_check = 0.0
         try:
@@ -295,15 +297,18 @@ class Transport:
                             self.send_control(_codec.HEARTBEAT_REQ)
                             missed += 1
                     wait = max(0.0, next_check - now)
-                # Read first: while the broker streams, data is usually there already, and a
-                # select per read would cost a system call and an interpreter-lock hand-off.
-                size = _recv_now(fd, buffer)
+                # After a large read the broker is likely streaming and more data waiting: read
+                # first, sparing a select (a system call and an interpreter-lock hand-off). After
+                # a small one (an ACK for a blocking post) wait first, sparing a read that finds
+                # nothing.
+                size = _recv_now(fd, buffer) if streaming else -1
                 if size < 0:
                     if not select.select([sock], [], [], wait)[0]:
                         continue
                     size = _recv_now(fd, buffer)
                     if size < 0:
                         continue
+                streaming = size >= _STREAMING_READ
                 if not size:
                     raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
                 events = frames.feed(view[:size])
