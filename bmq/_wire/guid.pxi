@@ -1,6 +1,7 @@
 # MessageGUID generation (§7) and textual forms.
 
 import hashlib as _hashlib
+import os as _os
 import socket as _socket
 import threading as _threading
 import time as _time
@@ -8,6 +9,21 @@ import time as _time
 cdef enum:
     C_GUID_SIZE = 16
     C_COUNTER_MASK = 0x3FFFFF
+
+
+# Forks seen by this process: a generator re-derives its client id when this moved on since it
+# derived it. Counted by an os.register_at_fork hook rather than asking getpid() per GUID,
+# which is a system call on every post.
+cdef unsigned long _forks = 0
+
+
+def _count_fork():
+    global _forks
+    _forks += 1
+
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_count_fork)
 
 
 cdef inline int64_t monotonic_ns() noexcept nogil:
@@ -22,7 +38,8 @@ cdef class GuidGenerator:
     Version 1, a 22-bit counter, a 56-bit nanosecond tick since creation and a 6-byte client
     id = MD5(host name, creation time in ns, pid, session id)[:6]. The host name stands in for
     the IPv4 address (the SDK's own fallback) so that no DNS lookup happens here. After a fork
-    the child re-derives its client id on first use, so parent and child never collide.
+    (``os.fork``, which runs Python's at-fork hooks: multiprocessing, subprocess) the child
+    re-derives its client id on first use, so parent and child never collide.
 
     Args:
         session_id: mixed into the client id (the SDK uses its session counter).
@@ -35,7 +52,7 @@ cdef class GuidGenerator:
     cdef int64_t _epoch_ns
     cdef int64_t _start_tick
     cdef uint32_t _counter
-    cdef long _pid
+    cdef unsigned long _forks
     cdef int32_t _session_id
     cdef object _lock
 
@@ -57,15 +74,15 @@ cdef class GuidGenerator:
             + (<object>self._session_id).to_bytes(4, "big", signed=True)
         ).digest()
         memcpy(self._client_id, PyBytes_AS_STRING(digest), 6)
-        self._pid = pid  # last: until here, other threads still see a fork to handle
+        self._forks = _forks  # last: until here, other threads still see a fork to handle
 
     cdef inline int _check_fork(self) except -1:
         # The GIL is held from here to the end of _fill (no Python call in between), so
         # counter updates need no lock of their own; only re-deriving after a fork (which
         # calls Python code that may let another thread in) takes it.
-        if getpid() != self._pid:
+        if _forks != self._forks:
             with self._lock:
-                if getpid() != self._pid:
+                if _forks != self._forks:
                     self._derive()
         return 0
 
