@@ -129,6 +129,8 @@ class GuidGenerator:
     def generate(self, count: int) -> bytes:
         """``count`` GUIDs concatenated (16*count bytes), all distinct."""
 
+def split_guids(guids: Buffer) -> list[bytes]:
+    """The 16-byte GUIDs of a buffer of GUIDs back to back."""
 def deterministic_guid(key: Buffer) -> bytes:
     """A version-1-shaped GUID derived only from ``key`` (same key, same GUID): used where a
     retried producer must reproduce its GUIDs so the broker de-duplicates (Spark sink)."""

@@ -98,14 +98,15 @@ class Batch:
     and reads ``acks``; an asynchronous one gets ``futures``.
     """
 
-    __slots__ = ("queue", "payloads", "properties", "new_style", "compression", "deadline", "on_ack", "futures",
-                 "acks", "index", "remaining", "finished", "trace")
+    __slots__ = ("queue", "keys", "payloads", "properties", "new_style", "compression", "deadline", "on_ack",
+                 "futures", "acks", "cursor", "_index", "remaining", "finished", "trace")
 
     def __init__(self, queue: "Queue", keys: List[bytes], payloads: List[Any], properties: Sequence[Optional[bytes]],
                  new_style: bool, compression: int, deadline: float, on_ack: OnAck, asynchronous: bool,
                  trace: Optional["SendTrace"] = None) -> None:
         count = len(keys)
         self.queue = queue
+        self.keys = keys  # the GUIDs, in order
         self.payloads = payloads
         self.properties = properties
         # The encoding the properties areas were built in: a retransmission must say the same.
@@ -115,7 +116,10 @@ class Batch:
         self.on_ack = on_ack
         self.futures: "Optional[List[Future[Ack]]]" = new_futures(count) if asynchronous else None
         self.acks: List[Optional[Ack]] = [None] * count
-        self.index = {keys[0]: 0} if count == 1 else dict(zip(keys, range(count)))
+        # Answers mostly come in order: the next expected position is tried before an index
+        # of the GUIDs, made only if one comes out of order.
+        self.cursor = 0
+        self._index: Optional[Dict[bytes, int]] = None
         self.remaining = count
         # A blocking caller's latch: a lock taken now and released by whoever settles the last
         # message (an Event costs a Condition and more per post).
@@ -124,6 +128,17 @@ class Batch:
             self.finished = threading.Lock()
             self.finished.acquire()
         self.trace = trace  # the OpenTelemetry span of the post call, ended with its last answer
+
+    def position(self, guid: bytes) -> int:
+        """Where ``guid`` (one of this call's) is among its messages."""
+        i = self.cursor
+        keys = self.keys
+        if i < len(keys) and keys[i] == guid:
+            self.cursor = i + 1
+            return i
+        if self._index is None:
+            self._index = dict(zip(keys, range(len(keys))))
+        return self._index[guid]
 
     def wait(self, timeout: float) -> List[Ack]:
         """The acks of a blocking batch, in order.
@@ -252,11 +267,11 @@ class PendingPuts:
         """
         count = len(payloads)
         data = events[0] if len(events) == 1 else b"".join(events)
-        keys = [guids] if count == 1 else [guids[i:i + 16] for i in range(0, 16 * count, 16)]
+        keys = [guids] if count == 1 else _codec.split_guids(guids)
         batch = Batch(queue, keys, payloads, properties, new_style, compression,
                       time.monotonic() + self._options.ack_timeout, on_ack, asynchronous, trace)
         size = sum(map(len, payloads))
-        if caller_guids and len(batch.index) != count:
+        if caller_guids and len(set(keys)) != count:
             raise InvalidArgumentError("the same GUID appears twice in one post")
         with self._lock:
             try:
@@ -311,7 +326,7 @@ class PendingPuts:
             for key in keys:
                 batch = self._pending.pop(key, None)
                 if batch is not None:
-                    size = len(batch.payloads[batch.index[key]])
+                    size = len(batch.payloads[batch.position(key)])
                     self._bytes -= size
                     batch.queue._counters.posted -= 1  # never sent: not posted after all
                     batch.queue._counters.posted_bytes -= size
@@ -322,7 +337,7 @@ class PendingPuts:
     # ---- answers ------------------------------------------------------------------------
     def _settle(self, batch: Batch, guid: bytes, ack: Ack, settled: _Settled) -> None:
         """Caller holds the lock and popped ``guid``: record its final answer."""
-        i = batch.index[guid]
+        i = batch.position(guid)
         batch.acks[i] = ack
         self._bytes -= len(batch.payloads[i])
         batch.remaining -= 1
@@ -395,12 +410,14 @@ class PendingPuts:
         else:
             for status in statuses:
                 counters.broker_answers[status] += 1
-        indexes = list(map(batch.index.__getitem__, keys))
-        first = indexes[0]
-        if indexes == list(range(first, first + count)):
+        first = batch.cursor
+        if batch.keys[first:first + count] == keys:  # the next ones in order: the usual case
+            batch.cursor = first + count
+            indexes: Sequence[int] = range(first, first + count)
             batch.acks[first:first + count] = acks
             self._bytes -= sum(map(len, batch.payloads[first:first + count]))
         else:
+            indexes = list(map(batch.position, keys))
             for i, ack in zip(indexes, acks):
                 batch.acks[i] = ack
             self._bytes -= sum(map(len, map(batch.payloads.__getitem__, indexes)))
@@ -408,7 +425,7 @@ class PendingPuts:
         if batch.futures is not None or batch.on_ack is not None:
             settled.extend(zip(repeat(batch), indexes, acks))
         elif not batch.remaining:
-            settled.append((batch, first, acks[0]))
+            settled.append((batch, indexes[0], acks[0]))
         if guids is not None:
             guids.extend(keys)
 
@@ -509,7 +526,7 @@ class PendingPuts:
     def _retransmission(group: List[Tuple[bytes, Batch]], compression: int) -> Iterable[bytes]:
         for start in range(0, len(group), _RETRANSMIT_CHUNK):
             part = group[start:start + _RETRANSMIT_CHUNK]
-            at = [batch.index[guid] for guid, batch in part]
+            at = [batch.position(guid) for guid, batch in part]
             events = _codec.build_put_events(
                 [batch.queue.queue_id for _, batch in part],
                 b"".join(guid for guid, _ in part),

@@ -138,6 +138,30 @@ cdef class GuidGenerator:
         return out
 
 
+def split_guids(guids):
+    """The GUIDs of ``guids`` (16 bytes each, back to back) as a list of 16-byte bytes.
+
+    Raises:
+        ValueError: the length is not a multiple of 16.
+    """
+    cdef Input inp
+    cdef Py_ssize_t n, i
+    cdef list out
+    in_acquire(&inp, guids)
+    try:
+        if inp.size % C_GUID_SIZE:
+            raise ValueError(f"GUIDs are 16 bytes each: {inp.size} bytes")
+        n = inp.size // C_GUID_SIZE
+        out = PyList_New(n)
+        for i in range(n):
+            v = PyBytes_FromStringAndSize(<const char *>inp.data + i * C_GUID_SIZE, C_GUID_SIZE)
+            Py_INCREF(v)
+            PyList_SET_ITEM_RAW(out, i, <PyObject *>v)
+        return out
+    finally:
+        in_release(&inp)
+
+
 def deterministic_guid(key):
     """A version-1-shaped GUID derived only from ``key`` (same key, same GUID).
 

@@ -44,7 +44,7 @@ def _post(puts: PendingPuts, queue: _Queue, count: int, asynchronous: bool, on_a
 
 
 def _keys(batch: Any) -> List[bytes]:
-    return sorted(batch.index, key=batch.index.__getitem__)
+    return list(batch.keys)
 
 
 def _ack_event(guids: List[bytes], status: int = SUCCESS) -> bytes:
