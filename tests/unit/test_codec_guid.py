@@ -133,9 +133,9 @@ def test_hex_forms():
 
 
 def test_split_guids_gives_each_16_byte_guid_in_order():
-    guids = _codec.GuidGenerator(3).generate(100)
-    assert _codec.split_guids(guids) == [guids[i:i + 16] for i in range(0, len(guids), 16)]
-    assert _codec.split_guids(memoryview(guids)[:32]) == [guids[:16], guids[16:32]]
-    assert _codec.split_guids(b"") == []
+    guids = codec.GuidGenerator(3).generate(100)
+    assert codec.split_guids(guids) == [guids[i:i + 16] for i in range(0, len(guids), 16)]
+    assert codec.split_guids(memoryview(guids)[:32]) == [guids[:16], guids[16:32]]
+    assert codec.split_guids(b"") == []
     with pytest.raises(ValueError, match="16 bytes"):
-        _codec.split_guids(guids[:-1])
+        codec.split_guids(guids[:-1])
