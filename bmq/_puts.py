@@ -116,8 +116,9 @@ class Batch:
         self.on_ack = on_ack
         self.futures: "Optional[List[Future[Ack]]]" = new_futures(count) if asynchronous else None
         self.acks: List[Optional[Ack]] = [None] * count
-        # Answers mostly come in order: the next expected position is tried before an index
-        # of the GUIDs, made only if one comes out of order.
+        # Answers mostly come in order: the first unanswered position is tried before an index
+        # of the GUIDs, made only if one comes out of order. While all came in order, the
+        # answered ones are exactly those before the cursor.
         self.cursor = 0
         self._index: Optional[Dict[bytes, int]] = None
         self.remaining = count
@@ -134,7 +135,6 @@ class Batch:
         i = self.cursor
         keys = self.keys
         if i < len(keys) and keys[i] == guid:
-            self.cursor = i + 1
             return i
         if self._index is None:
             self._index = dict(zip(keys, range(len(keys))))
@@ -338,6 +338,8 @@ class PendingPuts:
     def _settle(self, batch: Batch, guid: bytes, ack: Ack, settled: _Settled) -> None:
         """Caller holds the lock and popped ``guid``: record its final answer."""
         i = batch.position(guid)
+        if i == batch.cursor:
+            batch.cursor = i + 1
         batch.acks[i] = ack
         self._bytes -= len(batch.payloads[i])
         batch.remaining -= 1
@@ -369,9 +371,10 @@ class PendingPuts:
             acked += _codec.iter_acks(event)
         with self._lock:
             before = len(self._pending)
-            batch = self._sole_batch(acked)
+            keys = list(map(_guid_of, acked))
+            batch = self._sole_batch(keys)
             if batch is not None:
-                self._settle_run(batch, acked, answered, settled, guids)
+                self._settle_run(batch, keys, list(map(_status_of, acked)), answered, settled, guids)
             else:
                 self._settle_each(acked, answered, settled, guids)
             if len(self._pending) < before:  # room for posters waiting on max_pending_bytes
@@ -380,25 +383,27 @@ class PendingPuts:
             self._outbox.remove(guids)  # type: ignore[union-attr]
         self._notify(settled)
 
-    def _sole_batch(self, acked: List[Tuple[int, int, bytes, int]]) -> Optional[Batch]:
-        """Caller holds the lock: the post call that all of several ACKs answer, if one does
-        (a post_many's ACKs come back together), else None."""
-        if len(acked) < 2:
+    def _sole_batch(self, keys: List[bytes]) -> Optional[Batch]:
+        """Caller holds the lock: the post call whose next unanswered messages are ``keys``,
+        in order, if there is one (how a post_many's ACKs come back), else None."""
+        if len(keys) < 2:
             return None
-        get = self._pending.get
-        batch = get(acked[0][2])
-        if batch is None or batch is not get(acked[-1][2]):
+        batch = self._pending.get(keys[0])
+        if batch is None:
             return None
-        return batch if list(map(get, map(_guid_of, acked))).count(batch) == len(acked) else None
+        first = batch.cursor
+        # Answered so far exactly those before the cursor (all in order)? Then the GUIDs at the
+        # cursor are still pending, and comparing them with the event's proves them all.
+        if first != len(batch.keys) - batch.remaining:
+            return None
+        return batch if batch.keys[first:first + len(keys)] == keys else None
 
-    def _settle_run(self, batch: Batch, acked: List[Tuple[int, int, bytes, int]], answered: float,
+    def _settle_run(self, batch: Batch, keys: List[bytes], statuses: List[int], answered: float,
                     settled: _Settled, guids: Optional[List[bytes]]) -> None:
-        """Caller holds the lock: settle ``acked``, all answering messages of ``batch``, with
-        whole-list operations rather than a Python step per message (a post call's messages
-        are answered in order, so their Acks are stored by slices)."""
-        count = len(acked)
-        keys = list(map(_guid_of, acked))
-        statuses = list(map(_status_of, acked))
+        """Caller holds the lock: settle ``keys``, the next unanswered messages of ``batch`` in
+        order (see :meth:`_sole_batch`), answered with wire ``statuses``, by whole-list and
+        slice operations rather than a Python step per message."""
+        count = len(keys)
         collections.deque(map(self._pending.__delitem__, keys), maxlen=0)  # at C speed
         queue = batch.queue
         acks = list(map(_new_tuple, repeat(Ack, count),
@@ -410,22 +415,15 @@ class PendingPuts:
         else:
             for status in statuses:
                 counters.broker_answers[status] += 1
-        first = batch.cursor
-        if batch.keys[first:first + count] == keys:  # the next ones in order: the usual case
-            batch.cursor = first + count
-            indexes: Sequence[int] = range(first, first + count)
-            batch.acks[first:first + count] = acks
-            self._bytes -= sum(map(len, batch.payloads[first:first + count]))
-        else:
-            indexes = list(map(batch.position, keys))
-            for i, ack in zip(indexes, acks):
-                batch.acks[i] = ack
-            self._bytes -= sum(map(len, map(batch.payloads.__getitem__, indexes)))
+        first = batch.cursor  # _sole_batch checked: keys are the next ones in order
+        batch.cursor = first + count
+        batch.acks[first:first + count] = acks
+        self._bytes -= sum(map(len, batch.payloads[first:first + count]))
         batch.remaining -= count
         if batch.futures is not None or batch.on_ack is not None:
-            settled.extend(zip(repeat(batch), indexes, acks))
+            settled.extend(zip(repeat(batch), range(first, first + count), acks))
         elif not batch.remaining:
-            settled.append((batch, indexes[0], acks[0]))
+            settled.append((batch, first, acks[0]))
         if guids is not None:
             guids.extend(keys)
 

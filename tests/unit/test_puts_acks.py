@@ -130,3 +130,19 @@ def test_acks_free_room_for_a_poster_waiting_on_max_pending_bytes():
     puts.handle_acks([_ack_event(_keys(batch))])
     assert posted.wait(5)
     poster.join(5)
+
+
+def test_an_ack_out_of_order_then_a_run_including_it_again():
+    """Once a message was answered out of order, a later event that repeats it among the
+    others must not settle it twice (nor fail): each message keeps its first answer."""
+    puts, queue = _puts(), _Queue()
+    batch = _post(puts, queue, 5, asynchronous=True)
+    k = _keys(batch)
+    puts.handle_acks([_codec.build_ack_event([(LIMIT_MESSAGES, 0, k[2], 1)])])
+    puts.handle_acks([_ack_event([k[0], k[1], k[2], k[3]])])
+    puts.handle_acks([_ack_event([k[4]]), _ack_event([k[4]])])
+    assert [f.result(0).status for f in batch.futures] == [
+        bmq.AckStatus.SUCCESS, bmq.AckStatus.SUCCESS, bmq.AckStatus.LIMIT_MESSAGES, bmq.AckStatus.SUCCESS,
+        bmq.AckStatus.SUCCESS]
+    assert len(puts) == 0 and puts._bytes == 0 and batch.remaining == 0
+    assert sum(queue._counters.broker_answers) == 5
