@@ -216,6 +216,9 @@ def iter_acks(event: Buffer) -> list[AckSpec]:
 
 ConfirmSpec = Tuple[int, bytes, int]  # (queue_id, guid, sub_queue_id)
 
+def make_acks(ack_type: type, status_by_wire: Tuple[Any, ...], guids: list[bytes], statuses: list[int],
+              queue_uri: str) -> list[Any]:
+    """``ack_type((status_by_wire[statuses[i]], guids[i], queue_uri))`` for every i."""
 def build_confirm_event(confirms: Sequence[ConfirmSpec]) -> bytes: ...
 def iter_confirms(event: Buffer) -> list[ConfirmSpec]: ...
 def build_confirm_run(queue_id: int, guids: Buffer, sub_queue_id: int) -> bytes:

@@ -406,8 +406,7 @@ class PendingPuts:
         count = len(keys)
         collections.deque(map(self._pending.__delitem__, keys), maxlen=0)  # at C speed
         queue = batch.queue
-        acks = list(map(_new_tuple, repeat(Ack, count),
-                        zip(map(ACK_STATUS_FROM_WIRE.__getitem__, statuses), keys, repeat(queue.uri, count))))
+        acks = _codec.make_acks(Ack, ACK_STATUS_FROM_WIRE, keys, statuses, queue.uri)
         counters = queue._counters
         counters.latencies.append(answered - batch.deadline)
         if statuses.count(0) == count:  # all SUCCESS

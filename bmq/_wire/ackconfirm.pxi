@@ -93,6 +93,45 @@ def iter_acks(event):
         in_release(&inp)
 
 
+cdef extern from "Python.h":
+    object PyType_GenericAlloc(type cls, Py_ssize_t items)
+
+
+def make_acks(type ack_type, tuple status_by_wire, list guids, list statuses, queue_uri):
+    """``ack_type((status_by_wire[statuses[i]], guids[i], queue_uri))`` for every i: the Acks
+    of a run of ACK records, made without a Python call per record.
+
+    ``ack_type`` must be a tuple subclass with three fields and no ``__new__`` logic that
+    matters (a NamedTuple).
+
+    Raises:
+        ValueError: ``guids`` and ``statuses`` differ in length, or a status has no entry.
+    """
+    cdef Py_ssize_t n = len(guids), i, wire, known = len(status_by_wire)
+    cdef list out
+    cdef object status
+    if not issubclass(ack_type, tuple):
+        raise TypeError("ack_type must be a tuple subclass")
+    if len(statuses) != n:
+        raise ValueError(f"{n} GUIDs but {len(statuses)} statuses")
+    out = []
+    for i in range(n):
+        wire = statuses[i]
+        if not 0 <= wire < known:
+            raise ValueError(f"ACK status {wire} has no entry")
+        status = status_by_wire[wire]
+        ack = PyType_GenericAlloc(ack_type, 3)
+        Py_INCREF(status)
+        PyTuple_SET_ITEM_RAW(ack, 0, <PyObject *>status)
+        guid = guids[i]
+        Py_INCREF(guid)
+        PyTuple_SET_ITEM_RAW(ack, 1, <PyObject *>guid)
+        Py_INCREF(queue_uri)
+        PyTuple_SET_ITEM_RAW(ack, 2, <PyObject *>queue_uri)
+        out.append(ack)
+    return out
+
+
 def build_confirm_event(confirms):
     """A CONFIRM event for ``(queue_id, guid, sub_queue_id)`` tuples (§5).
 

@@ -239,3 +239,19 @@ def test_split_app_data_errors():
     with pytest.raises(ProtocolError):
         codec.split_app_data(zlib.compress(b"x" * 100)[:-3], 0, 1, 0)
     assert codec.split_app_data(b"raw", 0, 0, 0) == (None, b"raw")
+
+
+def test_make_acks_builds_the_named_tuples_and_refuses_bad_input():
+    from bmq._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus
+
+    guids = [b"a" * 16, b"b" * 16]
+    acks = codec.make_acks(Ack, ACK_STATUS_FROM_WIRE, guids, [0, 1], "bmq://d/q")
+    assert acks == [Ack(AckStatus.SUCCESS, guids[0], "bmq://d/q"), Ack(AckStatus.LIMIT_MESSAGES, guids[1], "bmq://d/q")]
+    assert all(type(ack) is Ack for ack in acks)
+    assert codec.make_acks(Ack, ACK_STATUS_FROM_WIRE, [], [], "u") == []
+    with pytest.raises(ValueError):
+        codec.make_acks(Ack, ACK_STATUS_FROM_WIRE, guids, [0], "u")
+    with pytest.raises(ValueError):
+        codec.make_acks(Ack, ACK_STATUS_FROM_WIRE[:2], guids, [0, 5], "u")  # no entry: no crash
+    with pytest.raises(TypeError):
+        codec.make_acks(dict, ACK_STATUS_FROM_WIRE, guids, [0, 1], "u")
