@@ -67,6 +67,8 @@ def padding_length(unpadded: int) -> int:
     """Bytes of padding (1..4, each holding this count) after ``unpadded`` bytes (§1.4)."""
 
 # ---- framing (§1) -------------------------------------------------------------------
+def coalesce_events(items: Sequence[Buffer]) -> bytes:
+    """The events of ``items`` in order, consecutive PUT (and CONFIRM) events joined into one."""
 def pack_event_header(event_type: int, length: int, type_specific: int = 0) -> bytes:
     """An 8-byte EventHeader (PV 1, HeaderWords 2) for an event of ``length`` total bytes."""
 

@@ -245,7 +245,8 @@ class Transport:
                     item = queue.popleft()
                     batch.append(item)
                     size += len(item)
-            data = batch[0] if len(batch) == 1 else b"".join(batch)
+            # Queued PUTs (or CONFIRMs) become one event: the broker pays per event.
+            data = batch[0] if len(batch) == 1 else _codec.coalesce_events(batch)
             try:
                 # Most of a coalesced batch goes at once, keeping the interpreter lock; what
                 # the socket does not take yet is waited for with the lock released.
