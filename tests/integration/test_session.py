@@ -99,6 +99,24 @@ def test_post_async_returns_a_future_of_the_ack(session):
     assert ack.status is bmq.AckStatus.SUCCESS
 
 
+def test_a_stream_of_single_posts_and_confirms_is_taken_whole_by_the_broker(session):
+    """post_async and confirm() one message at a time: what queues meanwhile is written as
+    joined PUT and CONFIRM events. Every message is acknowledged, arrives once and in order,
+    with its properties, and once confirmed is gone."""
+    uri = fresh(prefix="joined")
+    queue = session.open_queue(uri, read=True, write=True)
+    futures = [queue.post_async(b"m%d" % i, {"i": i} if i % 7 == 0 else None) for i in range(3000)]
+    assert {future.result(30).status for future in futures} == {bmq.AckStatus.SUCCESS}
+    for i in range(3000):
+        message = queue.get(timeout=10)
+        assert message is not None and message.data == b"m%d" % i
+        assert message.properties == ({"i": i} if i % 7 == 0 else {})
+        message.confirm()
+    queue.close()  # after the confirms on the same connection: the broker has them all
+    again = session.open_queue(uri, read=True)
+    assert again.get(timeout=0.5) is None
+
+
 def test_post_many_acks_every_message_in_order(session, broker):
     queue = session.open_queue(fresh(), read=True, write=True)
     payloads = [b"m%d" % i for i in range(500)]
