@@ -21,6 +21,11 @@ it does not share the benchmark's interpreter lock with the clients:
   Python process, compiling the query's code), i.e. what a longer stream sustains.
   ``_run_rows_per_s`` is timed to the query's
   end instead, which adds the ``pollTimeout`` (2 s here) the run waits to see the queue empty;
+* ``spark_floor``: Spark's own limit for that stream on this machine: a Python streaming source
+  handing over the same rows (bmq's schema, bmq's Arrow builder, 2 partitions) with no broker
+  and no session, drained the same way. ``spark_stream_ratio_vs_spark_floor`` is the share of
+  it bmq's source reaches; the rest is BlazingMQ's part (the session, the broker on the same
+  cores);
 * ``spark_stream_parquet``: the same into the ``parquet`` file sink (a realistic pipeline: every
   row is written to disk before its messages are confirmed).
 
@@ -166,6 +171,90 @@ def spark_stream_rate(spark: Any, broker: str, rows: int, payload: int, sink: st
             "steady_rows_per_s": steady / steady_s if steady else 0.0, "batches": len(batches)}
 
 
+def spark_floor_rate(spark: Any, rows: int, payload: int, batch_rows: int = 200_000) -> Dict[str, float]:
+    """Spark's own limit for this stream: a Python streaming source that hands over the same
+    rows (bmq's read schema, built by bmq's Arrow builder, cut into 2 partitions as bmq's
+    source does) without any broker or session, drained like :func:`spark_stream_rate`.
+    What is left between the two is BlazingMQ's part: the session, and the broker sharing
+    the machine's cores."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    class Slice(InputPartition):  # type: ignore[misc]
+        def __init__(self, index: int, stream: bytes) -> None:
+            super().__init__(index)
+            self.stream = stream
+
+    class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+        def __init__(self, schema: Any) -> None:
+            from bmq.spark._schema import message_batch_factory
+
+            self.make = message_batch_factory(schema)
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass
+
+        def initialOffset(self) -> Dict[str, int]:
+            return {"rows": 0}
+
+        def latestOffset(self, start: Any = None, limit: Any = None) -> Dict[str, int]:
+            done = start["rows"] if start else 0
+            return {"rows": min(rows, done + batch_rows)}
+
+        def partitions(self, start: Dict[str, int], end: Dict[str, int]) -> list:
+            import array
+            import types
+
+            from bmq.spark._stream import _slices
+
+            count = end["rows"] - start["rows"]
+            if not count:
+                return []
+            messages = bmq.MessageBatch(types.SimpleNamespace(uri=_queue("floor")), bmq._codec.GuidGenerator(1).generate(count),
+                                        b"x" * payload * count,
+                                        array.array("i", range(0, payload * count + 1, payload)).tobytes(), None)
+            records = self.make(messages, datetime.datetime.now(datetime.timezone.utc))
+            return [Slice(index, stream) for index, stream in enumerate(_slices(records, 2))]
+
+        def read(self, partition: Any) -> Any:
+            import pyarrow as pa
+
+            with pa.ipc.open_stream(partition.stream) as reader:
+                yield from reader
+
+        def commit(self, end: Any) -> None:
+            pass
+
+    class Floor(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "bmq-bench-floor"
+
+        def schema(self) -> str:
+            from bmq.spark._schema import read_schema
+
+            return read_schema("")
+
+        def streamReader(self, schema: Any) -> Any:
+            return FloorReader(schema)
+
+    spark.dataSource.register(Floor)
+    with tempfile.TemporaryDirectory(prefix="bmq-spark-floor-") as scratch:
+        started = time.time()
+        query = (spark.readStream.format("bmq-bench-floor").load().writeStream.format("noop")
+                 .trigger(availableNow=True).option("checkpointLocation", os.path.join(scratch, "checkpoint")).start())
+        if not query.awaitTermination(timeout=1800):
+            query.stop()
+            raise RuntimeError("the floor stream did not finish within 30 minutes")
+        batches = [progress for progress in query.recentProgress if progress["numInputRows"]]
+    if sum(progress["numInputRows"] for progress in batches) != rows:
+        raise RuntimeError("the floor stream lost rows")
+    steady = sum(progress["numInputRows"] for progress in batches[1:])
+    steady_s = _progress_end(batches[-1]) - _progress_end(batches[0])
+    return {"rows_per_s": rows / (_progress_end(batches[-1]) - started),
+            "steady_rows_per_s": steady / steady_s if steady else 0.0}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -202,6 +291,10 @@ def main() -> None:
         # Warm-up: Python workers, and the JVM's JIT (a stream runs for hours: its steady state
         # is what matters, and the JVM's per-row cost halves once the row conversion is compiled).
         spark_stream_rate(spark, broker, args.warmup_rows, args.payload, "noop")
+        floor = spark_floor_rate(spark, args.stream_rows, args.payload)
+        results["spark_floor_rows_per_s"] = round(floor["rows_per_s"])
+        results["spark_floor_steady_rows_per_s"] = round(floor["steady_rows_per_s"])
+        results["spark_floor_ratio_vs_consume"] = round(floor["rows_per_s"] / results["consume_rows_per_s"], 3)
         for sink, key in (("noop", "spark_stream"), ("parquet", "spark_stream_parquet")):
             rates = spark_stream_rate(spark, broker, args.stream_rows, args.payload, sink)
             results[f"{key}_rows_per_s"] = round(rates["rows_per_s"])
@@ -213,6 +306,10 @@ def main() -> None:
             results[f"{key}_steady_ratio_vs_consume"] = round(
                 rates["steady_rows_per_s"] / results["consume_rows_per_s"], 3)
             results[f"{key}_batches"] = rates["batches"]
+            if sink == "noop":
+                results[f"{key}_ratio_vs_spark_floor"] = round(rates["rows_per_s"] / floor["rows_per_s"], 3)
+                results[f"{key}_steady_ratio_vs_spark_floor"] = round(
+                    rates["steady_rows_per_s"] / floor["steady_rows_per_s"], 3)
         results.update({"spark_executors": 2, "broker": where, "cpu_count": os.cpu_count(),
                         "python": platform.python_version()})
     width = max(len(key) for key in results)
