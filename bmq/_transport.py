@@ -251,7 +251,7 @@ class Transport:
                 # Most of a coalesced batch goes at once, keeping the interpreter lock; what
                 # the socket does not take yet is waited for with the lock released.
                 sent = _send_now(fd, data)
-                if sent < size:
+                if sent < len(data):
                     self._sock.sendall(memoryview(data)[sent:])  # type: ignore[union-attr]
             except OSError as e:
                 with self._lock:
@@ -261,8 +261,8 @@ class Transport:
                 return
             with self._lock:
                 self._writing = False
-                self._queued -= size
-                self.bytes_out += size
+                self._queued -= size  # what was queued: joining events made data shorter
+                self.bytes_out += len(data)
                 self._has_room.notify_all()
 
     # ---- reading ------------------------------------------------------------------
