@@ -35,6 +35,8 @@ _recv_now = _codec.recv_now
 # thread: a stream of post_async() calls or confirms becomes few socket writes (one syscall costs
 # more than building a small PUT), while the first of a burst is still written at once.
 _BURST = 0.0002
+# Queued events at which a coalescing send writes them all from its own thread (see send).
+_SELF_FLUSH = 48
 _HEARTBEAT_REQ_TYPE = _codec.EVENT_HEARTBEAT_REQ
 _HEARTBEAT_RSP_TYPE = _codec.EVENT_HEARTBEAT_RSP
 _counter = itertools.count(1)
@@ -164,7 +166,8 @@ class Transport:
             timeout: seconds to wait for room.
             coalesce: nobody waits for this very write (an asynchronous post, a confirm): right
                 after another write it goes to the writer thread, to share a socket write with
-                what follows. Otherwise it is written from this thread when nothing is queued.
+                what follows, unless 48 events are queued already: then this thread writes them
+                (joined) and it. Otherwise it is written from this thread when nothing is queued.
 
         Raises:
             BandwidthLimitError: still no room after ``timeout``; nothing was queued.
@@ -183,13 +186,24 @@ class Transport:
                     waited = time.monotonic()
                     self._has_room.wait(remaining)
                     self.high_watermark_wait += time.monotonic() - waited
-            if (self._queue or self._writing or self._closed
-                    or (coalesce and time.monotonic() - self._last_direct < _BURST)):
+            queue = self._queue
+            if self._writing or self._closed or (
+                    (queue or (coalesce and time.monotonic() - self._last_direct < _BURST))
+                    and not (coalesce and len(queue) >= _SELF_FLUSH)):
                 self._enqueue(data)
                 return
-            # Nothing queued and nobody writing: write from this thread, sparing a hand-off
-            # to the writer (latency of a single post); whatever does not fit is queued.
+            # Write from this thread: nothing is queued (a blocking post's latency pays no
+            # hand-off), or a stream of coalescing sends has queued enough. The writer thread
+            # needs the interpreter lock, which a thread that keeps posting holds: without this,
+            # what is queued would wait for it while the broker idles.
+            if queue:
+                queue.append(data)
+                self._queued += size
+                batch, taken = self._take()
+            else:
+                batch, taken = [data], 0
             self._writing = True
+        data = batch[0] if len(batch) == 1 else _codec.coalesce_events(batch)
         try:
             sent = _send_now(self._fd, data)
         except OSError as e:
@@ -202,13 +216,14 @@ class Transport:
             self._writing = False
             self._last_direct = time.monotonic()
             self.bytes_out += sent
-            if sent < size and not self._closed:
+            self._queued -= taken
+            if sent < len(data) and not self._closed:
                 self._queue.appendleft(data[sent:] if sent else data)
-                self._queued += size - sent
+                self._queued += len(data) - sent
             if self._queue and self._writer_waiting:
                 self._not_empty.notify()
-            if self._closed:
-                self._has_room.notify_all()  # the reader may be waiting to close the socket
+            if taken or self._closed:
+                self._has_room.notify_all()  # posters over the high watermark; the reader closing
 
     def send_control(self, data: bytes) -> None:
         """Queue ``data`` ignoring the high watermark (control traffic is never blocked).
@@ -227,6 +242,18 @@ class Transport:
         if self._writer_waiting:
             self._not_empty.notify()
 
+    def _take(self) -> Tuple[List[bytes], int]:
+        """Caller holds the lock and something is queued: the events at the front, up to
+        _COALESCE_BYTES (at least one), and their size."""
+        queue = self._queue
+        batch = [queue.popleft()]
+        size = len(batch[0])
+        while queue and size + len(queue[0]) <= _COALESCE_BYTES:
+            item = queue.popleft()
+            batch.append(item)
+            size += len(item)
+        return batch, size
+
     def _write_loop(self) -> None:
         queue = self._queue
         fd = self._fd
@@ -239,12 +266,7 @@ class Transport:
                 if self._closed:
                     return
                 self._writing = True
-                batch = [queue.popleft()]
-                size = len(batch[0])
-                while queue and size + len(queue[0]) <= _COALESCE_BYTES:
-                    item = queue.popleft()
-                    batch.append(item)
-                    size += len(item)
+                batch, size = self._take()
             # Queued PUTs (or CONFIRMs) become one event: the broker pays per event.
             data = batch[0] if len(batch) == 1 else _codec.coalesce_events(batch)
             try:
