@@ -203,15 +203,7 @@ class Transport:
             else:
                 batch, taken = [data], 0
             self._writing = True
-        data = batch[0] if len(batch) == 1 else _codec.coalesce_events(batch)
-        try:
-            sent = _send_now(self._fd, data)
-        except OSError as e:
-            with self._lock:
-                self._writing = False
-                self._has_room.notify_all()  # the reader may be waiting to close the socket
-            self._fail(ConnectionLost(f"write to {self.address[0]}:{self.address[1]} failed: {e}"), e)
-            raise ConnectionLost(f"write to {self.address[0]}:{self.address[1]} failed: {e}") from e
+        data, sent = self._write(batch, wait=False)
         with self._lock:
             self._writing = False
             self._last_direct = time.monotonic()
@@ -242,6 +234,30 @@ class Transport:
         if self._writer_waiting:
             self._not_empty.notify()
 
+    def _write(self, batch: List[bytes], wait: bool) -> Tuple[bytes, int]:
+        """This thread set ``_writing``: write ``batch`` joined (queued PUTs or CONFIRMs become
+        one event: the broker pays per event). What the socket takes at once goes with the
+        interpreter lock kept; with ``wait`` the rest is waited for with it released.
+        Returns the data and how much of it was written.
+
+        Raises:
+            ConnectionLost: the write failed (the transport has failed; ``_writing`` is reset).
+        """
+        data = batch[0] if len(batch) == 1 else _codec.coalesce_events(batch)
+        try:
+            sent = _send_now(self._fd, data)
+            if wait and sent < len(data):
+                self._sock.sendall(memoryview(data)[sent:])  # type: ignore[union-attr]
+                sent = len(data)
+        except OSError as e:
+            with self._lock:
+                self._writing = False
+                self._has_room.notify_all()  # the reader may be waiting to close the socket
+            message = f"write to {self.address[0]}:{self.address[1]} failed: {e}"
+            self._fail(ConnectionLost(message), e)
+            raise ConnectionLost(message) from e
+        return data, sent
+
     def _take(self) -> Tuple[List[bytes], int]:
         """Caller holds the lock and something is queued: the events at the front, up to
         _COALESCE_BYTES (at least one), and their size."""
@@ -256,7 +272,6 @@ class Transport:
 
     def _write_loop(self) -> None:
         queue = self._queue
-        fd = self._fd
         while True:
             with self._lock:
                 while (not queue or self._writing) and not self._closed:
@@ -267,19 +282,9 @@ class Transport:
                     return
                 self._writing = True
                 batch, size = self._take()
-            # Queued PUTs (or CONFIRMs) become one event: the broker pays per event.
-            data = batch[0] if len(batch) == 1 else _codec.coalesce_events(batch)
             try:
-                # Most of a coalesced batch goes at once, keeping the interpreter lock; what
-                # the socket does not take yet is waited for with the lock released.
-                sent = _send_now(fd, data)
-                if sent < len(data):
-                    self._sock.sendall(memoryview(data)[sent:])  # type: ignore[union-attr]
-            except OSError as e:
-                with self._lock:
-                    self._writing = False
-                    self._has_room.notify_all()  # the reader may be waiting to close the socket
-                self._fail(ConnectionLost(f"write to {self.address[0]}:{self.address[1]} failed: {e}"), e)
+                data, _ = self._write(batch, wait=True)
+            except ConnectionLost:
                 return
             with self._lock:
                 self._writing = False
