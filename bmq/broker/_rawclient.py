@@ -280,7 +280,7 @@ class RawClient:
         area = _codec.encode_properties(properties) if properties else None
         for event in _codec.build_put_events(q_id, ids, payloads, area, flags=_codec.PUT_ACK_REQUESTED if ack else 0):
             self.send(event)
-        return [ids[i : i + 16] for i in range(0, len(ids), 16)]
+        return _codec.split_guids(ids)
 
     def acks(self, count: int, timeout: Optional[float] = None) -> List[Tuple[int, int, bytes, int]]:
         out: List[Tuple[int, int, bytes, int]] = []
