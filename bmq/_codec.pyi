@@ -231,3 +231,15 @@ def send_now(fd: int, data: Buffer) -> int:
     """Bytes of ``data`` socket ``fd`` took at once (0 when full); never waits."""
 def recv_now(fd: int, buffer: Union[bytearray, memoryview]) -> int:
     """Bytes read into ``buffer``; 0 at the end of the stream, -1 when nothing was there."""
+
+# ---- waking blocked threads after letting go of the interpreter lock ----------------
+class Latch:
+    """A one-shot flag waited on with the interpreter lock released; safe from any thread."""
+    def set(self) -> None: ...
+    def is_set(self) -> bool: ...
+    def wait(self, timeout: float) -> bool:
+        """True once set, False after ``timeout`` seconds; signal handlers run meanwhile."""
+
+def wait_readable(fd: int, timeout: float, woken: list[Latch]) -> bool:
+    """Release the interpreter lock, set and remove ``woken``'s latches, then wait up to
+    ``timeout`` seconds for ``fd`` to be readable."""

@@ -83,14 +83,14 @@ class Connection:
         high_watermark: the transport's outgoing high watermark, bytes.
         name: suffix of the transport's thread names.
         on_acks: called on the reader thread with ACK events, several at once when they arrived
-            together (see :class:`Transport`).
+            together (see :class:`Transport`); returns the latches of blocking posts to wake.
         on_push, on_control: called on the reader thread with each PUSH and (after
             negotiation) CONTROL event.
         on_failure: called once with this connection and the error when it dies.
     """
 
     def __init__(self, address: Tuple[str, int], high_watermark: int, name: str,
-                 on_acks: Callable[[List[bytes]], None], on_push: Callable[[bytes], None],
+                 on_acks: Callable[[List[bytes]], List[_codec.Latch]], on_push: Callable[[bytes], None],
                  on_control: Callable[[bytes], None],
                  on_failure: Callable[["Connection", BaseException], None]) -> None:
         self.negotiation: "Future[Dict[str, Any]]" = Future()
@@ -218,15 +218,16 @@ class Connection:
         self.close()
         fail_future(self.negotiation, SessionClosedError("the session stopped while connecting"))
 
-    def _on_events(self, event_type: int, events: List[bytes]) -> None:
+    def _on_events(self, event_type: int, events: List[bytes]) -> Optional[List[_codec.Latch]]:
         if event_type == _EVENT_ACK:
-            self._on_acks(events)
-        elif event_type == _EVENT_PUSH:
+            return self._on_acks(events)  # blocking posters to wake
+        if event_type == _EVENT_PUSH:
             for event in events:
                 self._on_push(event)
         else:
             for event in events:
                 self._on_event(event_type, event)
+        return None
 
     def _on_event(self, event_type: int, event: bytes) -> None:
         if event_type == _EVENT_AUTHENTICATION:

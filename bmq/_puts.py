@@ -122,12 +122,9 @@ class Batch:
         self.cursor = 0
         self._index: Optional[Dict[bytes, int]] = None
         self.remaining = count
-        # A blocking caller's latch: a lock taken now and released by whoever settles the last
-        # message (an Event costs a Condition and more per post).
-        self.finished: Optional["threading.Lock"] = None
-        if not asynchronous:
-            self.finished = threading.Lock()
-            self.finished.acquire()
+        # A blocking caller's latch, set by whoever settles the last message. The reader thread
+        # sets it only once it has let go of the interpreter lock (see handle_acks).
+        self.finished: Optional[_codec.Latch] = None if asynchronous else _codec.Latch()
         self.trace = trace  # the OpenTelemetry span of the post call, ended with its last answer
 
     def position(self, guid: bytes) -> int:
@@ -147,7 +144,7 @@ class Batch:
             TimeoutError: not all of them within ``timeout``.
         """
         assert self.finished is not None
-        if not self.finished.acquire(timeout=max(0.0, timeout)):
+        if not self.finished.wait(timeout):
             raise TimeoutError(f"{self.remaining} message(s) not acknowledged within {timeout:g} s")
         return self.acks  # type: ignore[return-value]
 
@@ -346,22 +343,30 @@ class PendingPuts:
         if batch.futures is not None or batch.on_ack is not None or not batch.remaining:
             settled.append((batch, i, ack))
 
-    def _notify(self, settled: _Settled) -> None:
-        """Outside the lock: resolve futures, queue on_ack callbacks, wake blocking posters."""
+    def _notify(self, settled: _Settled, woken: Optional[List[_codec.Latch]] = None) -> None:
+        """Outside the lock: resolve futures, queue on_ack callbacks, wake blocking posters
+        (or, given ``woken``, add their latches to it for the caller to set)."""
         answered = [(batch.futures[i], ack) for batch, i, ack in settled if batch.futures is not None]
         if answered:
             resolve_futures(*zip(*answered))
         submit = self._submit
         for batch, _, ack in settled:
             if batch.futures is None and not batch.remaining:
-                batch.finished.release()  # type: ignore[union-attr]
+                if woken is None:
+                    batch.finished.set()  # type: ignore[union-attr]
+                else:
+                    woken.append(batch.finished)  # type: ignore[arg-type]
             if batch.on_ack is not None:
                 submit(batch.on_ack, ack)
             if batch.trace is not None and not batch.remaining:
                 batch.trace.end(batch.acks)
 
-    def handle_acks(self, events: List[bytes]) -> None:
-        """Reader thread: settle the messages of ACK events (those that came in one read)."""
+    def handle_acks(self, events: List[bytes]) -> List[_codec.Latch]:
+        """Reader thread: settle the messages of ACK events (those that came in one read).
+
+        Returns the latches of the blocking posts this answered, for the reader to set once
+        it has released the interpreter lock (a poster woken before would only wait for it).
+        """
         settled: _Settled = []
         guids: Optional[List[bytes]] = [] if self._outbox is not None else None
         # A message's deadline is its post time + ack_timeout: latency = now + ack_timeout - deadline.
@@ -381,7 +386,9 @@ class PendingPuts:
                 self._room.notify_all()
         if guids:
             self._outbox.remove(guids)  # type: ignore[union-attr]
-        self._notify(settled)
+        woken: List[_codec.Latch] = []
+        self._notify(settled, woken)
+        return woken
 
     def _sole_batch(self, keys: List[bytes]) -> Optional[Batch]:
         """Caller holds the lock: the post call whose next unanswered messages are ``keys``,

@@ -2,15 +2,17 @@
 
 The transport knows framing and heartbeats (protocol §1.1, §10) and nothing about sessions:
 whole events go up through ``on_events(event_type, events)`` on the reader thread (consecutive
-events of one type together), and a
-failure goes up once through ``on_failure(exception)``.
+events of one type together), and a failure goes up once through ``on_failure(exception)``.
+
+``on_events`` may return latches (threads blocked on an answer): the reader sets them as it
+releases the interpreter lock to wait for the socket, so that a woken thread finds the lock
+free rather than waking only to wait for it again.
 """
 from __future__ import annotations
 
 import collections
 import itertools
 import logging
-import select
 import socket
 import threading
 import time
@@ -31,6 +33,7 @@ _IDLE_POLL = 0.5
 _STREAMING_READ = 16 * 1024
 _send_now = _codec.send_now
 _recv_now = _codec.recv_now
+_wait_readable = _codec.wait_readable
 # A coalescing send within this many seconds of the previous direct write goes to the writer
 # thread: a stream of post_async() calls or confirms becomes few socket writes (one syscall costs
 # more than building a small PUT), while the first of a burst is still written at once.
@@ -41,7 +44,7 @@ _HEARTBEAT_REQ_TYPE = _codec.EVENT_HEARTBEAT_REQ
 _HEARTBEAT_RSP_TYPE = _codec.EVENT_HEARTBEAT_RSP
 _counter = itertools.count(1)
 
-EventHandler = Callable[[int, List[bytes]], None]
+EventHandler = Callable[[int, List[bytes]], Optional[List[_codec.Latch]]]
 FailureHandler = Callable[[BaseException], None]
 
 
@@ -74,7 +77,8 @@ class Transport:
     Args:
         address: ``(host, port)``.
         on_events: called on the reader thread with every event except heartbeats, in order;
-            consecutive events of one type that arrived together come in one call.
+            consecutive events of one type that arrived together come in one call. What it
+            returns (latches, or None) is set once the reader releases the interpreter lock.
         on_failure: called once, from the reader or writer thread, when the connection fails
             (not after :meth:`close`).
         high_watermark: bytes queued for the socket above which :meth:`send` waits.
@@ -305,6 +309,7 @@ class Transport:
         received = streaming = False
         missed = 0
         next_check = 0.0
+        woken: List[_codec.Latch] = []  # set by the next wait_readable
         try:
             while True:
                 interval = self._heartbeat_interval
@@ -329,9 +334,16 @@ class Transport:
                 # first, sparing a select (a system call and an interpreter-lock hand-off). After
                 # a small one (an ACK for a blocking post) wait first, sparing a read that finds
                 # nothing.
-                size = _recv_now(fd, buffer) if streaming else -1
+                if streaming:
+                    if woken:  # no wait comes before this read: wake them now
+                        for latch in woken:
+                            latch.set()
+                        woken.clear()
+                    size = _recv_now(fd, buffer)
+                else:
+                    size = -1
                 if size < 0:
-                    if not select.select([sock], [], [], wait)[0]:
+                    if not _wait_readable(fd, wait, woken):
                         continue
                     size = _recv_now(fd, buffer)
                     if size < 0:
@@ -357,17 +369,23 @@ class Transport:
                         self.send_control(_codec.HEARTBEAT_RSP)
                     elif event_type != _HEARTBEAT_RSP_TYPE:
                         if event_type != run_type and run:
-                            on_events(run_type, run)
+                            latches = on_events(run_type, run)
+                            if latches:
+                                woken += latches
                             run = []
                         run_type = event_type
                         run.append(event)
                 if run:
-                    on_events(run_type, run)
+                    latches = on_events(run_type, run)
+                    if latches:
+                        woken += latches
         except BaseException as e:  # noqa: B902 - whatever kills the reader must reach the owner
             if isinstance(e, OSError) and not isinstance(e, ConnectionError):
                 e = ConnectionLost(f"read from {self.address[0]}:{self.address[1]} failed: {e}")
             self._fail(e, e.__cause__)
         finally:
+            for latch in woken:  # answered before the failure: theirs are final
+                latch.set()
             writer = self._writer
             if writer is not None:
                 writer.join(5.0)

@@ -51,11 +51,29 @@ def _ack_event(guids: List[bytes], status: int = SUCCESS) -> bytes:
     return _codec.build_ack_event([(status, 0, guid, 1) for guid in guids])
 
 
+def _answer(puts: PendingPuts, events: List[bytes]) -> None:
+    """Hand ``events`` to ``puts`` as the reader thread does, then wake the blocking posters."""
+    for latch in puts.handle_acks(events):
+        latch.set()
+
+
+def test_a_blocking_posters_latch_is_left_for_the_reader_to_set():
+    """The reader wakes a blocking poster only once it has let go of the interpreter lock:
+    handle_acks settles the post but returns its latch rather than setting it."""
+    puts, queue = _puts(), _Queue()
+    batch = _post(puts, queue, 3, asynchronous=False)
+    woken = puts.handle_acks([_ack_event(_keys(batch))])
+    assert woken == [batch.finished] and not batch.finished.is_set()
+    assert batch.remaining == 0 and len(puts) == 0
+    asynchronous = _post(puts, queue, 2, asynchronous=True)
+    assert puts.handle_acks([_ack_event(_keys(asynchronous))]) == []
+
+
 def test_a_post_calls_acks_in_one_event_settle_it_in_order():
     puts, queue = _puts(), _Queue()
     batch = _post(puts, queue, 50, asynchronous=False)
     keys = _keys(batch)
-    puts.handle_acks([_ack_event(keys)])
+    _answer(puts, [_ack_event(keys)])
     acks = batch.wait(0)
     assert [ack.guid for ack in acks] == keys
     assert {ack.status for ack in acks} == {bmq.AckStatus.SUCCESS}
@@ -71,7 +89,7 @@ def test_acks_out_of_order_still_reach_their_own_message():
     order = keys[::-1][:10] + keys[:10][::-1]
     statuses = {key: (LIMIT_MESSAGES if i % 3 == 0 else SUCCESS) for i, key in enumerate(keys)}
     event = _codec.build_ack_event([(statuses[key], 0, key, 1) for key in order])
-    puts.handle_acks([event])
+    _answer(puts, [event])
     acks = batch.wait(0)
     assert [ack.guid for ack in acks] == keys
     assert [ack.status for ack in acks] == [
@@ -85,10 +103,10 @@ def test_acks_split_over_events_and_calls_settle_once_each():
     puts, queue = _puts(), _Queue()
     batch = _post(puts, queue, 30, asynchronous=False)
     keys = _keys(batch)
-    puts.handle_acks([_ack_event(keys[:10]), _ack_event(keys[10:12])])
+    _answer(puts, [_ack_event(keys[:10]), _ack_event(keys[10:12])])
     assert batch.remaining == 18 and len(puts) == 18
-    assert not batch.finished.acquire(blocking=False)  # not all answered yet
-    puts.handle_acks([_ack_event(keys[12:]), _ack_event(keys[:3])])  # repeated ACKs are ignored
+    assert not batch.finished.is_set()  # not all answered yet
+    _answer(puts, [_ack_event(keys[12:]), _ack_event(keys[:3])])  # repeated ACKs are ignored
     assert [ack.guid for ack in batch.wait(0)] == keys
     assert len(puts) == 0 and puts._bytes == 0
 
@@ -98,7 +116,7 @@ def test_several_calls_and_unknown_guids_in_one_event():
     first, second = _post(puts, queue, 5, asynchronous=False), _post(puts, queue, 5, asynchronous=True)
     a, b = _keys(first), _keys(second)
     unknown = [b"\x40" + bytes(15)]
-    puts.handle_acks([_ack_event(a[:2] + b[:2] + unknown + a[2:] + b[2:])])
+    _answer(puts, [_ack_event(a[:2] + b[:2] + unknown + a[2:] + b[2:])])
     assert [ack.guid for ack in first.wait(0)] == a
     assert [future.result(0).guid for future in second.futures] == b
     assert len(puts) == 0
@@ -109,7 +127,7 @@ def test_a_run_of_asynchronous_posts_resolves_every_future_and_callback():
     seen: List[Any] = []
     batch = _post(puts, queue, 40, asynchronous=True, on_ack=seen.append)
     keys = _keys(batch)
-    puts.handle_acks([_ack_event(keys)])
+    _answer(puts, [_ack_event(keys)])
     assert [future.result(0).guid for future in batch.futures] == keys
     assert [ack.guid for ack in seen] == keys
     assert len(puts) == 0
@@ -127,7 +145,7 @@ def test_acks_free_room_for_a_poster_waiting_on_max_pending_bytes():
     poster = threading.Thread(target=post_more)
     poster.start()
     assert not posted.wait(0.05)  # no room yet (100 bytes pending)
-    puts.handle_acks([_ack_event(_keys(batch))])
+    _answer(puts, [_ack_event(_keys(batch))])
     assert posted.wait(5)
     poster.join(5)
 
@@ -138,9 +156,9 @@ def test_an_ack_out_of_order_then_a_run_including_it_again():
     puts, queue = _puts(), _Queue()
     batch = _post(puts, queue, 5, asynchronous=True)
     k = _keys(batch)
-    puts.handle_acks([_codec.build_ack_event([(LIMIT_MESSAGES, 0, k[2], 1)])])
-    puts.handle_acks([_ack_event([k[0], k[1], k[2], k[3]])])
-    puts.handle_acks([_ack_event([k[4]]), _ack_event([k[4]])])
+    _answer(puts, [_codec.build_ack_event([(LIMIT_MESSAGES, 0, k[2], 1)])])
+    _answer(puts, [_ack_event([k[0], k[1], k[2], k[3]])])
+    _answer(puts, [_ack_event([k[4]]), _ack_event([k[4]])])
     assert [f.result(0).status for f in batch.futures] == [
         bmq.AckStatus.SUCCESS, bmq.AckStatus.SUCCESS, bmq.AckStatus.LIMIT_MESSAGES, bmq.AckStatus.SUCCESS,
         bmq.AckStatus.SUCCESS]

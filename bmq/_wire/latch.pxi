@@ -1,0 +1,111 @@
+# Waking a blocked thread after letting go of the interpreter lock.
+#
+# A thread woken while the waker still holds the interpreter lock runs at once into that lock
+# and sleeps again until the waker lets go: two wake-ups (two context switches) where one
+# would do. The reader thread settles a blocking post's ACK and then waits for the socket;
+# with these latches it wakes the poster only once it has released the lock to wait.
+
+from cpython.exc cimport PyErr_CheckSignals
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from libc.math cimport ceil
+
+cdef extern from "bmq_latch.h" nogil:
+    ctypedef struct bmq_latch:
+        pass
+    int bmq_latch_init(bmq_latch *latch)
+    void bmq_latch_destroy(bmq_latch *latch)
+    void bmq_latch_set(bmq_latch *latch)
+    int bmq_latch_wait(bmq_latch *latch, double seconds)
+
+cdef extern from "poll.h" nogil:
+    struct pollfd:
+        int fd
+        short events
+        short revents
+    int c_poll "poll"(pollfd *fds, unsigned long nfds, int timeout)
+    enum:
+        POLLIN
+
+# A waiting thread looks at signals this often: Ctrl-C interrupts a blocking post in the main
+# thread as it would a lock's acquire.
+cdef double SIGNAL_CHECK = 0.05
+
+
+cdef class Latch:
+    """A one-shot flag a thread waits on with the interpreter lock released.
+
+    ``set()`` wakes every waiter; :func:`wait_readable` sets latches after releasing the
+    interpreter lock. Safe from any thread.
+    """
+    cdef bmq_latch latch
+
+    def __cinit__(self):
+        cdef int rc = bmq_latch_init(&self.latch)
+        if rc:
+            raise OSError(rc, _os_strerror(rc))
+
+    def __dealloc__(self):
+        bmq_latch_destroy(&self.latch)
+
+    def set(self):
+        """Set the latch and wake its waiters."""
+        bmq_latch_set(&self.latch)
+
+    def is_set(self):
+        """Whether the latch is set."""
+        return bool(bmq_latch_wait(&self.latch, 0.0))
+
+    def wait(self, double timeout):
+        """Wait up to ``timeout`` seconds for the latch; True once it is set.
+
+        Signal handlers run while waiting (a KeyboardInterrupt in the main thread ends the wait).
+        """
+        cdef double deadline, remaining
+        cdef int done
+        if bmq_latch_wait(&self.latch, 0.0):
+            return True
+        deadline = monotonic_ns() * 1e-9 + timeout
+        while True:
+            remaining = deadline - monotonic_ns() * 1e-9
+            if remaining <= 0:
+                return False
+            with nogil:
+                done = bmq_latch_wait(&self.latch, remaining if remaining < SIGNAL_CHECK else SIGNAL_CHECK)
+            if done:
+                return True
+            PyErr_CheckSignals()
+
+
+def wait_readable(int fd, double timeout, list woken):
+    """Release the interpreter lock, set the :class:`Latch` objects in ``woken``, and wait up
+    to ``timeout`` seconds for socket ``fd`` to be readable (or closed, or failed); ``woken`` is
+    emptied. True when there is something to read.
+    """
+    cdef Py_ssize_t n = len(woken), i
+    cdef bmq_latch **latches = NULL
+    cdef pollfd watched
+    cdef double ms = ceil(timeout * 1000.0) if timeout > 0 else 0.0
+    cdef int rc
+    if n:
+        latches = <bmq_latch **>PyMem_Malloc(n * sizeof(bmq_latch *))
+        if latches == NULL:
+            raise MemoryError()
+        for i in range(n):
+            latches[i] = &(<Latch?>woken[i]).latch
+    watched.fd = fd
+    watched.events = POLLIN
+    watched.revents = 0
+    try:
+        with nogil:
+            for i in range(n):
+                bmq_latch_set(latches[i])
+            rc = c_poll(&watched, 1, <int>(ms if ms < 2147483647.0 else 2147483647.0))
+    finally:
+        PyMem_Free(latches)
+        # Only now: the list kept the latches alive while they were being set.
+        del woken[:]
+    if rc < 0:
+        if errno == EINTR:
+            return False
+        raise OSError(errno, _os_strerror(errno))
+    return rc > 0

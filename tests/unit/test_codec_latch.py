@@ -1,0 +1,87 @@
+"""Latch / wait_readable: how the reader thread wakes blocking posters.
+
+A latch is set once and stays set; waiting releases the interpreter lock, honours its timeout
+and lets signal handlers run. wait_readable sets the latches it is given (emptying the list)
+and reports whether the socket has something to read."""
+import signal
+import socket
+import threading
+
+import pytest
+
+from bmq import _codec
+
+
+def test_a_latch_waits_out_its_timeout_until_set_then_stays_set():
+    latch = _codec.Latch()
+    assert not latch.is_set()
+    assert latch.wait(0.01) is False
+    assert latch.wait(0) is False and latch.wait(-1) is False
+    latch.set()
+    assert latch.is_set() and latch.wait(0) is True
+    latch.set()  # setting twice is harmless
+    assert latch.wait(5) is True
+
+
+def test_a_latch_set_from_another_thread_wakes_its_waiter():
+    latch = _codec.Latch()
+    started = threading.Event()
+    results = []
+
+    def waiter() -> None:
+        started.set()
+        results.append(latch.wait(30))
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    assert started.wait(5)
+    latch.set()
+    thread.join(10)
+    assert results == [True]
+
+
+def test_a_signal_handler_ends_a_wait_in_the_main_thread():
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupted()
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        sender = threading.Thread(target=signal.pthread_kill, args=(threading.main_thread().ident, signal.SIGUSR1))
+        with pytest.raises(Interrupted):
+            sender.start()
+            _codec.Latch().wait(60)
+        sender.join(5)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_wait_readable_sets_and_removes_the_latches_and_reports_readability():
+    a, b = socket.socketpair()
+    try:
+        latches = [_codec.Latch(), _codec.Latch()]
+        woken = list(latches)
+        assert _codec.wait_readable(a.fileno(), 0.01, woken) is False  # nothing to read
+        assert woken == [] and all(latch.is_set() for latch in latches)
+        b.send(b"x")
+        assert _codec.wait_readable(a.fileno(), 10, []) is True
+        assert a.recv(1) == b"x"
+        b.close()
+        assert _codec.wait_readable(a.fileno(), 10, []) is True  # the end of the stream is readable
+    finally:
+        a.close()
+        b.close()
+
+
+def test_wait_readable_refuses_what_is_not_a_latch():
+    a, b = socket.socketpair()
+    try:
+        latch = _codec.Latch()
+        with pytest.raises(TypeError):
+            _codec.wait_readable(a.fileno(), 0, [latch, object()])
+        assert not latch.is_set()
+    finally:
+        a.close()
+        b.close()
