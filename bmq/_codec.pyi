@@ -236,6 +236,8 @@ def recv_now(fd: int, buffer: Union[bytearray, memoryview]) -> int:
 class Latch:
     """A one-shot flag waited on with the interpreter lock released; safe from any thread."""
     def set(self) -> None: ...
+    def kick_to(self, kick_fd: int) -> bool:
+        """Setting the latch will also write eventfd ``kick_fd`` (-1: not); True if set already."""
     def is_set(self) -> bool: ...
     def wait(self, timeout: float) -> bool:
         """True once set, False after ``timeout`` seconds; signal handlers run meanwhile."""
@@ -243,3 +245,13 @@ class Latch:
 def wait_readable(fd: int, timeout: float, woken: list[Latch]) -> bool:
     """Release the interpreter lock, set and remove ``woken``'s latches, then wait up to
     ``timeout`` seconds for ``fd`` to be readable."""
+def set_latches(woken: list[Latch]) -> None:
+    """Set and remove every latch of ``woken``."""
+
+READY_SOCKET: Final[int]
+READY_KICKED: Final[int]
+
+def wait_ready(epfd: int, sock_fd: int, timeout: float, woken: list[Latch]) -> int:
+    """Release the interpreter lock, set and remove ``woken``'s latches, then wait up to
+    ``timeout`` on edge-triggered epoll set ``epfd`` (socket ``sock_fd`` and a kick eventfd):
+    READY_SOCKET | READY_KICKED bits."""

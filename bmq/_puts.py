@@ -99,11 +99,12 @@ class Batch:
     """
 
     __slots__ = ("queue", "keys", "payloads", "properties", "new_style", "compression", "deadline", "on_ack",
-                 "futures", "acks", "cursor", "_index", "remaining", "finished", "trace")
+                 "futures", "acks", "cursor", "_index", "remaining", "finished", "trace", "_await")
 
     def __init__(self, queue: "Queue", keys: List[bytes], payloads: List[Any], properties: Sequence[Optional[bytes]],
                  new_style: bool, compression: int, deadline: float, on_ack: OnAck, asynchronous: bool,
-                 trace: Optional["SendTrace"] = None) -> None:
+                 trace: Optional["SendTrace"] = None,
+                 await_answer: Optional[Callable[[_codec.Latch, float], bool]] = None) -> None:
         count = len(keys)
         self.queue = queue
         self.keys = keys  # the GUIDs, in order
@@ -125,6 +126,7 @@ class Batch:
         # A blocking caller's latch, set by whoever settles the last message. The reader thread
         # sets it only once it has let go of the interpreter lock (see handle_acks).
         self.finished: Optional[_codec.Latch] = None if asynchronous else _codec.Latch()
+        self._await = await_answer  # how to wait for ``finished`` (PendingPuts.await_answer)
         self.trace = trace  # the OpenTelemetry span of the post call, ended with its last answer
 
     def position(self, guid: bytes) -> int:
@@ -144,7 +146,7 @@ class Batch:
             TimeoutError: not all of them within ``timeout``.
         """
         assert self.finished is not None
-        if not self.finished.wait(timeout):
+        if not (self._await or _codec.Latch.wait)(self.finished, timeout):
             raise TimeoutError(f"{self.remaining} message(s) not acknowledged within {timeout:g} s")
         return self.acks  # type: ignore[return-value]
 
@@ -173,9 +175,18 @@ class PendingPuts:
         self._bytes = 0
         self._transport: Optional["Transport"] = None  # None while the state is not restored
         self._closed = False
+        self._await_answer = self.await_answer  # made once: every blocking post keeps it
 
     def __len__(self) -> int:
         return len(self._pending)
+
+    def await_answer(self, finished: _codec.Latch, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a blocking post's latch, through the connection's
+        transport while there is one (it may read the socket meanwhile: Transport.wait_for)."""
+        transport = self._transport
+        if transport is None:
+            return bool(finished.wait(timeout))
+        return transport.wait_for(finished, timeout)
 
     def outbox_size(self) -> int:
         """Messages in the durable outbox (0 without one)."""
@@ -266,7 +277,8 @@ class PendingPuts:
         data = events[0] if len(events) == 1 else b"".join(events)
         keys = [guids] if count == 1 else _codec.split_guids(guids)
         batch = Batch(queue, keys, payloads, properties, new_style, compression,
-                      time.monotonic() + self._options.ack_timeout, on_ack, asynchronous, trace)
+                      time.monotonic() + self._options.ack_timeout, on_ack, asynchronous, trace,
+                      self._await_answer)
         size = sum(map(len, payloads))
         if caller_guids and len(set(keys)) != count:
             raise InvalidArgumentError("the same GUID appears twice in one post")

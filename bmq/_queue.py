@@ -151,7 +151,8 @@ class Queue:
     ) -> "Future[Ack]":
         """Post one message; return at once with a future of its :class:`Ack`.
 
-        The future resolves on the reader thread: a callback added with
+        The future resolves on the thread reading the socket (the session's reader thread,
+        or a thread waiting in :meth:`post` that reads in its place): a callback added with
         ``add_done_callback`` must not block; ``on_ack`` runs on the dispatcher thread and
         may call any session method.
 

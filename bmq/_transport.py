@@ -13,6 +13,8 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import os
+import select
 import socket
 import threading
 import time
@@ -34,6 +36,15 @@ _STREAMING_READ = 16 * 1024
 _send_now = _codec.send_now
 _recv_now = _codec.recv_now
 _wait_readable = _codec.wait_readable
+_wait_ready = _codec.wait_ready
+_READY_SOCKET = _codec.READY_SOCKET
+_READY_KICKED = _codec.READY_KICKED
+# Where the system has them (Linux), the socket is waited on through an edge-triggered epoll
+# set, which wakes only the thread that waited last: a blocking poster waiting there is woken
+# by its ACK instead of the reader thread (see Transport.wait_for).
+_EPOLL = hasattr(select, "epoll") and hasattr(os, "eventfd")
+# A thread reading in the reader's place looks at signals and at the transport this often.
+_LEAD_SLICE = 0.05
 # A coalescing send within this many seconds of the previous direct write goes to the writer
 # thread: a stream of post_async() calls or confirms becomes few socket writes (one syscall costs
 # more than building a small PUT), while the first of a burst is still written at once.
@@ -114,8 +125,27 @@ class Transport:
         self._writing = False  # a thread is inside a socket write: the others queue
         self._last_direct = 0.0  # time.monotonic() after the last write from a sending thread
         self._closed = False
+        # Reading: the reader thread, or a thread waiting for an answer in its place (wait_for),
+        # reads and hands up events holding _read_lock, so events go up one read at a time and
+        # in order. _lead is held by such a thread (for good by the reader once it exits).
+        self._read_lock = threading.Lock()
+        self._lead = threading.Lock()
+        self._epoll: Optional["select.epoll"] = None
+        self._kick = -1  # an eventfd in the epoll set: written to wake the thread waiting there
+        self._read_error: Optional[BaseException] = None  # what a reading poster hands the reader
+        self._read_closed = False
+        # One entry per thread in wait_for (list appends and pops are atomic): a thread reads in
+        # the reader's place only while it is the one waiting. With several, the reader thread
+        # wakes them as it releases the interpreter lock, which a reading poster returning
+        # to its caller could not do.
+        self._blocked: List[None] = []
+        self._frames = _codec.FrameReader()
+        # One reusable buffer: recv() would allocate (and the allocator map) 1 MiB per call.
+        self._buffer = bytearray(_RECV_SIZE)
+        self._view = memoryview(self._buffer)
+        self._received = False  # whole events came since the last heartbeat check
         # Traffic counters (bmq.Session.stats): bytes_out and high_watermark_wait under the lock,
-        # the others by the reader thread alone.
+        # the others under _read_lock.
         self.bytes_in = self.events_in = self.bytes_out = 0
         self.high_watermark_wait = 0.0
         self._heartbeat_interval: Optional[float] = None
@@ -150,6 +180,11 @@ class Transport:
                 raise ConnectionError(f"connection to {host}:{port} closed while connecting")
             self._sock = sock
             self._fd = sock.fileno()
+            if _EPOLL:
+                self._epoll = select.epoll()
+                self._kick = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+                self._epoll.register(self._fd, select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET)
+                self._epoll.register(self._kick, select.EPOLLIN | select.EPOLLET)
         self._writer = threading.Thread(target=self._write_loop, name=f"bmq-writer-{self._name}", daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name=f"bmq-reader-{self._name}", daemon=True)
         self._writer.start()
@@ -300,16 +335,9 @@ class Transport:
     def _read_loop(self) -> None:
         sock = self._sock
         assert sock is not None
-        fd = self._fd
-        frames = _codec.FrameReader()
-        on_events = self._on_events
-        # One reusable buffer: recv() would allocate (and the allocator map) 1 MiB per call.
-        buffer = bytearray(_RECV_SIZE)
-        view = memoryview(buffer)
-        received = streaming = False
         missed = 0
         next_check = 0.0
-        woken: List[_codec.Latch] = []  # set by the next wait_readable
+        woken: List[_codec.Latch] = []  # set by the next wait
         try:
             while True:
                 interval = self._heartbeat_interval
@@ -322,70 +350,30 @@ class Transport:
                         next_check = now + interval
                     elif now >= next_check:
                         next_check = now + interval
-                        if received:
-                            missed, received = 0, False
+                        if self._received:
+                            missed, self._received = 0, False
                         elif missed >= self._max_missed:
                             raise ConnectionLost(f"no traffic from the broker for {missed} heartbeat intervals")
                         else:
                             self.send_control(_codec.HEARTBEAT_REQ)
                             missed += 1
                     wait = max(0.0, next_check - now)
-                # After a large read the broker is likely streaming and more data waiting: read
-                # first, sparing a select (a system call and an interpreter-lock hand-off). After
-                # a small one (an ACK for a blocking post) wait first, sparing a read that finds
-                # nothing.
-                if streaming:
-                    if woken:  # no wait comes before this read: wake them now
-                        for latch in woken:
-                            latch.set()
-                        woken.clear()
-                    size = _recv_now(fd, buffer)
-                else:
-                    size = -1
-                if size < 0:
-                    if not _wait_readable(fd, wait, woken):
-                        continue
-                    size = _recv_now(fd, buffer)
-                    if size < 0:
-                        continue
-                streaming = size >= _STREAMING_READ
-                if not size:
-                    raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
-                events = frames.feed(view[:size])
-                self.bytes_in += size
-                self.events_in += len(events)
-                if events:
-                    # Only whole events prove the link alive (protocol §10): a stream stuck
-                    # inside a bogus length must still be detected as dead.
-                    received = True
-                # Consecutive events of one type go up together: the broker sends ACKs and
-                # PUSHes in many small events, and the costs of handling one are then paid once
-                # per read rather than once per event.
-                run: List[bytes] = []
-                run_type = -1
-                for event in events:
-                    event_type = event[4] & 0x3F
-                    if event_type == _HEARTBEAT_REQ_TYPE:
-                        self.send_control(_codec.HEARTBEAT_RSP)
-                    elif event_type != _HEARTBEAT_RSP_TYPE:
-                        if event_type != run_type and run:
-                            latches = on_events(run_type, run)
-                            if latches:
-                                woken += latches
-                            run = []
-                        run_type = event_type
-                        run.append(event)
-                if run:
-                    latches = on_events(run_type, run)
-                    if latches:
-                        woken += latches
+                ready = self._wait(wait, woken)
+                if ready & _READY_KICKED and self._read_error is not None:
+                    raise self._read_error  # from a thread that read in the reader's place
+                if ready & _READY_SOCKET:
+                    with self._read_lock:
+                        # After a large read the broker is likely streaming: read again at once
+                        # (waking those answered so far), sparing a wait.
+                        while self._read_once(woken) >= _STREAMING_READ:
+                            if woken:
+                                _codec.set_latches(woken)
         except BaseException as e:  # noqa: B902 - whatever kills the reader must reach the owner
             if isinstance(e, OSError) and not isinstance(e, ConnectionError):
                 e = ConnectionLost(f"read from {self.address[0]}:{self.address[1]} failed: {e}")
             self._fail(e, e.__cause__)
         finally:
-            for latch in woken:  # answered before the failure: theirs are final
-                latch.set()
+            _codec.set_latches(woken)  # answered before the failure: theirs are final
             writer = self._writer
             if writer is not None:
                 writer.join(5.0)
@@ -396,7 +384,123 @@ class Transport:
                 deadline = time.monotonic() + 5.0
                 while self._writing and self._has_room.wait(max(0.0, deadline - time.monotonic())):
                     pass
-            sock.close()
+            if self._epoll is not None:
+                # The same for a thread reading in the reader's place: woken, it sees the
+                # transport closed and stops; the reader then keeps _lead, so none starts again.
+                os.eventfd_write(self._kick, 1)
+                self._lead.acquire(timeout=5.0)
+            with self._read_lock:
+                self._read_closed = True
+                sock.close()
+                if self._epoll is not None:
+                    self._epoll.close()
+                    os.close(self._kick)
+
+    def _wait(self, timeout: float, woken: List[_codec.Latch]) -> int:
+        """Set ``woken``'s latches once the interpreter lock is released, then wait up to
+        ``timeout`` for the socket: READY_SOCKET / READY_KICKED bits."""
+        if self._epoll is not None:
+            return _wait_ready(self._epoll.fileno(), self._fd, timeout, woken)
+        return _READY_SOCKET if _wait_readable(self._fd, timeout, woken) else 0
+
+    def _read_once(self, woken: List[_codec.Latch]) -> int:
+        """Caller holds _read_lock: read what the socket holds (-1: nothing) and hand up its
+        whole events; the latches of threads they answered go to ``woken``.
+
+        Raises:
+            ConnectionLost: the broker closed the connection.
+            OSError: the read failed.
+        """
+        size = _recv_now(self._fd, self._buffer)
+        if size <= 0:
+            if not size:
+                raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
+            return size
+        events = self._frames.feed(self._view[:size])
+        self.bytes_in += size
+        self.events_in += len(events)
+        if events:
+            # Only whole events prove the link alive (protocol §10): a stream stuck inside a
+            # bogus length must still be detected as dead.
+            self._received = True
+        # Consecutive events of one type go up together: the broker sends ACKs and PUSHes in
+        # many small events, and the costs of handling one are then paid once per read rather
+        # than once per event.
+        on_events = self._on_events
+        run: List[bytes] = []
+        run_type = -1
+        for event in events:
+            event_type = event[4] & 0x3F
+            if event_type == _HEARTBEAT_REQ_TYPE:
+                self.send_control(_codec.HEARTBEAT_RSP)
+            elif event_type != _HEARTBEAT_RSP_TYPE:
+                if event_type != run_type and run:
+                    latches = on_events(run_type, run)
+                    if latches:
+                        woken += latches
+                    run = []
+                run_type = event_type
+                run.append(event)
+        if run:
+            latches = on_events(run_type, run)
+            if latches:
+                woken += latches
+        return size
+
+    def wait_for(self, latch: _codec.Latch, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for ``latch`` (a blocking post's answer); True once set.
+
+        Unless another thread does already, the caller reads the socket meanwhile in the reader
+        thread's place: the epoll set wakes only the thread that waited last, so the ACK wakes
+        this thread, not the reader thread that would then have to wake it (one context switch
+        per post instead of two, each several microseconds). The reader thread takes over again
+        when this returns (or is woken through the kick eventfd if the latch is set elsewhere).
+        A failure while reading is handed to the reader thread, which fails the transport as if
+        it had read it; an interruption (KeyboardInterrupt) while handing up events fails it
+        too (the session reconnects and re-sends what is unanswered), then propagates.
+        """
+        blocked = self._blocked
+        blocked.append(None)
+        try:
+            if self._epoll is None or len(blocked) > 1 or not self._lead.acquire(blocking=False):
+                return bool(latch.wait(timeout))
+            deadline = time.monotonic() + timeout
+            woken: List[_codec.Latch] = []
+            try:
+                if not latch.kick_to(self._kick):
+                    self._read_until(latch, deadline, woken)
+            finally:
+                latch.kick_to(-1)
+                self._lead.release()
+                _codec.set_latches(woken)
+            return bool(latch.wait(max(0.0, deadline - time.monotonic())))
+        finally:
+            blocked.pop()
+
+    def _read_until(self, latch: _codec.Latch, deadline: float, woken: List[_codec.Latch]) -> None:
+        """Caller holds _lead: read in the reader thread's place until ``latch`` is answered."""
+        assert self._epoll is not None
+        epoll_fd = self._epoll.fileno()
+        while not self._closed:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            if _wait_ready(epoll_fd, self._fd, min(remaining, _LEAD_SLICE), woken) & _READY_SOCKET:
+                with self._read_lock:
+                    if self._read_closed:
+                        return
+                    try:
+                        while self._read_once(woken) >= _STREAMING_READ:
+                            pass
+                    except BaseException as e:  # noqa: B902 - the reader thread must see it
+                        self._read_error = e if isinstance(e, Exception) else ConnectionLost(
+                            f"reading from {self.address[0]}:{self.address[1]} was interrupted ({e!r})")
+                        os.eventfd_write(self._kick, 1)
+                        if not isinstance(e, Exception):
+                            raise
+                        return
+            if latch in woken or latch.is_set() or len(self._blocked) > 1:
+                return  # answered, or others wait too (see _blocked)
 
     # ---- closing ------------------------------------------------------------------
     def _shutdown(self) -> bool:

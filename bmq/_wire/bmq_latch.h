@@ -10,13 +10,17 @@ typedef struct {
     pthread_mutex_t mutex;
     pthread_cond_t cond;
     int set;
+    int kick_fd; /* >= 0: an eventfd written when the latch is set (see Latch.kick_to) */
 } bmq_latch;
+
+static int bmq_kick(int fd);
 
 static int bmq_latch_init(bmq_latch *latch)
 {
     pthread_condattr_t attr;
     int rc;
     latch->set = 0;
+    latch->kick_fd = -1;
     if ((rc = pthread_mutex_init(&latch->mutex, NULL)) != 0)
         return rc;
     if ((rc = pthread_condattr_init(&attr)) != 0)
@@ -42,11 +46,26 @@ static void bmq_latch_destroy(bmq_latch *latch)
 
 static void bmq_latch_set(bmq_latch *latch)
 {
+    int kick_fd;
     pthread_mutex_lock(&latch->mutex);
     latch->set = 1;
+    kick_fd = latch->kick_fd;
     pthread_mutex_unlock(&latch->mutex);
     /* The setter holds a reference to the latch, so it outlives this call. */
     pthread_cond_broadcast(&latch->cond);
+    if (kick_fd >= 0)
+        bmq_kick(kick_fd);
+}
+
+/* From now on a set writes kick_fd (-1: nothing); 1 if the latch is set already. */
+static int bmq_latch_kick_to(bmq_latch *latch, int kick_fd)
+{
+    int set;
+    pthread_mutex_lock(&latch->mutex);
+    latch->kick_fd = kick_fd;
+    set = latch->set;
+    pthread_mutex_unlock(&latch->mutex);
+    return set;
 }
 
 /* Wait up to `seconds` (>= 0) for the latch; 1 when it is set. */
@@ -76,6 +95,44 @@ static int bmq_latch_wait(bmq_latch *latch, double seconds)
     set = latch->set;
     pthread_mutex_unlock(&latch->mutex);
     return set;
+}
+
+#include <unistd.h>
+#include <stdint.h>
+#if defined(__linux__)
+#include <sys/epoll.h>
+#endif
+
+/* Wait on an epoll set; the descriptors that are ready go to fds (-1 and errno: failed). */
+static int bmq_epoll_wait(int epfd, int timeout_ms, int *fds, int max_fds)
+{
+#if defined(__linux__)
+    struct epoll_event events[4];
+    int i, n;
+    if (max_fds > 4)
+        max_fds = 4;
+    n = epoll_wait(epfd, events, max_fds, timeout_ms);
+    for (i = 0; i < n; i++)
+        fds[i] = events[i].data.fd;
+    return n;
+#else
+    (void)epfd; (void)timeout_ms; (void)fds; (void)max_fds;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* Add one to an eventfd: a thread waiting on it in an epoll set wakes. */
+static int bmq_kick(int fd)
+{
+    uint64_t one = 1;
+    return (int)write(fd, &one, sizeof one);
+}
+
+static void bmq_drain(int fd)
+{
+    uint64_t value;
+    (void)!read(fd, &value, sizeof value);
 }
 
 #endif

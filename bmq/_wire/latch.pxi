@@ -16,6 +16,12 @@ cdef extern from "bmq_latch.h" nogil:
     void bmq_latch_destroy(bmq_latch *latch)
     void bmq_latch_set(bmq_latch *latch)
     int bmq_latch_wait(bmq_latch *latch, double seconds)
+    int bmq_latch_kick_to(bmq_latch *latch, int kick_fd)
+
+cdef extern from "bmq_latch.h" nogil:
+    int bmq_epoll_wait(int epfd, int timeout_ms, int *fds, int max_fds)
+    int bmq_kick(int fd)
+    void bmq_drain(int fd)
 
 cdef extern from "poll.h" nogil:
     struct pollfd:
@@ -51,6 +57,12 @@ cdef class Latch:
         """Set the latch and wake its waiters."""
         bmq_latch_set(&self.latch)
 
+    def kick_to(self, int kick_fd):
+        """From now on setting the latch also writes eventfd ``kick_fd`` (-1: stop), waking a
+        thread that waits for the socket instead (see Transport.wait_for); True if the latch
+        is set already."""
+        return bool(bmq_latch_kick_to(&self.latch, kick_fd))
+
     def is_set(self):
         """Whether the latch is set."""
         return bool(bmq_latch_wait(&self.latch, 0.0))
@@ -74,6 +86,14 @@ cdef class Latch:
             if done:
                 return True
             PyErr_CheckSignals()
+
+
+def set_latches(list woken):
+    """Set and remove every latch of ``woken``."""
+    cdef Latch latch
+    while woken:
+        latch = <Latch?>woken.pop()
+        bmq_latch_set(&latch.latch)
 
 
 def wait_readable(int fd, double timeout, list woken):
@@ -109,3 +129,49 @@ def wait_readable(int fd, double timeout, list woken):
             return False
         raise OSError(errno, _os_strerror(errno))
     return rc > 0
+
+
+# What wait_ready found: the socket has something, the kick descriptor was written.
+cdef enum:
+    _READY_SOCKET = 1
+    _READY_KICKED = 2
+READY_SOCKET = _READY_SOCKET
+READY_KICKED = _READY_KICKED
+
+
+def wait_ready(int epfd, int sock_fd, double timeout, list woken):
+    """Release the interpreter lock, set the latches of ``woken`` (emptied), then wait up to
+    ``timeout`` seconds on the edge-triggered epoll set ``epfd``: socket ``sock_fd`` and a kick
+    eventfd. Returns READY_SOCKET | READY_KICKED bits (a kick is drained)."""
+    # The tuple keeps the latches alive while they are set: another thread may use the list.
+    cdef tuple held = tuple(woken)
+    cdef Py_ssize_t n = len(held), i
+    cdef bmq_latch **latches = NULL
+    cdef double ms = ceil(timeout * 1000.0) if timeout > 0 else 0.0
+    cdef int fds[2]
+    cdef int got, ready = 0
+    if n:
+        latches = <bmq_latch **>PyMem_Malloc(n * sizeof(bmq_latch *))
+        if latches == NULL:
+            raise MemoryError()
+        for i in range(n):
+            latches[i] = &(<Latch?>held[i]).latch
+        del woken[:]
+    try:
+        with nogil:
+            for i in range(n):
+                bmq_latch_set(latches[i])
+            got = bmq_epoll_wait(epfd, <int>(ms if ms < 2147483647.0 else 2147483647.0), fds, 2)
+            for i in range(got if got > 0 else 0):
+                if fds[i] == sock_fd:
+                    ready |= _READY_SOCKET
+                else:
+                    bmq_drain(fds[i])
+                    ready |= _READY_KICKED
+    finally:
+        PyMem_Free(latches)
+    if got < 0:
+        if errno == EINTR:
+            return 0
+        raise OSError(errno, _os_strerror(errno))
+    return ready

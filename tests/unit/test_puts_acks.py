@@ -21,6 +21,9 @@ class _Transport:
     def send(self, data: bytes, timeout: float, coalesce: bool = False) -> None:
         pass
 
+    def wait_for(self, latch: Any, timeout: float) -> bool:
+        return bool(latch.wait(timeout))
+
 
 class _Queue:
     state = QueueState.OPEN

@@ -1,0 +1,89 @@
+"""A blocking post that is the only one waiting reads the socket in the reader thread's place
+(Linux: see Transport.wait_for). What it reads, and what it fails to read, must reach the
+session exactly as if the reader thread had read it; whatever ends its wait must end it
+promptly."""
+from __future__ import annotations
+
+import signal
+import threading
+from concurrent.futures import Future
+
+import pytest
+
+import bmq
+from bmq import events
+from support import fresh_uri as fresh, ha_options as options, wait_event
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _post_in_thread(queue: bmq.Queue, data: bytes) -> "Future[bmq.Ack]":
+    result: "Future[bmq.Ack]" = Future()
+
+    def post() -> None:
+        try:
+            result.set_result(queue.post(data, timeout=30.0))
+        except BaseException as e:  # noqa: B902 - handed to the test
+            result.set_exception(e)
+
+    threading.Thread(target=post, daemon=True).start()
+    return result
+
+
+def test_a_connection_lost_while_a_blocking_post_waits_is_survived(broker):
+    with bmq.Session(broker.address, options()) as session:
+        uri = fresh()
+        queue = session.open_queue(uri, write=True)
+        broker.faults.withhold_acks()
+        result = _post_in_thread(queue, b"once")
+        assert broker.wait_for(lambda: len(broker.queue_messages(uri)) == 1, 10)
+        assert broker.faults.drop_connections() == 1
+        seen = wait_event(session, events.StateRestored)
+        assert any(isinstance(e, events.ConnectionLost) for e in seen)
+        assert not result.done()  # its ACK never came: re-sent with its GUID, still unanswered
+        broker.faults.release_acks()
+        assert result.result(10).status is bmq.AckStatus.SUCCESS
+        assert len(broker.queue_messages(uri)) == 1  # the broker dropped the re-sent copy
+        assert queue.post(b"after").status is bmq.AckStatus.SUCCESS
+
+
+def test_stopping_the_session_ends_a_waiting_blocking_post_promptly(broker):
+    session = bmq.Session(broker.address, options())
+    uri = fresh()
+    queue = session.open_queue(uri, write=True)
+    broker.faults.withhold_acks()
+    result = _post_in_thread(queue, b"never answered")
+    assert broker.wait_for(lambda: len(broker.queue_messages(uri)) == 1, 10)
+    session.stop()
+    with pytest.raises(bmq.PostError) as raised:
+        result.result(10)  # well within its 30 s timeout
+    assert raised.value.acks[0].status is bmq.AckStatus.NOT_CONNECTED
+
+
+def test_a_signal_ends_a_blocking_post_in_the_main_thread_and_the_session_goes_on(broker):
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupted()
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        with bmq.Session(broker.address, options()) as session:
+            uri = fresh()
+            queue = session.open_queue(uri, write=True)
+            broker.faults.withhold_acks()
+
+            def interrupt_once_stored() -> None:
+                if broker.wait_for(lambda: len(broker.queue_messages(uri)) == 1, 10):
+                    signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+
+            interrupter = threading.Thread(target=interrupt_once_stored)
+            interrupter.start()
+            with pytest.raises(Interrupted):
+                queue.post(b"interrupted", timeout=30.0)
+            interrupter.join(10)
+            broker.faults.release_acks()
+            assert queue.post(b"after", timeout=10.0).status is bmq.AckStatus.SUCCESS
+    finally:
+        signal.signal(signal.SIGUSR1, previous)

@@ -1,0 +1,141 @@
+"""Transport reads: whichever thread reads (the reader thread, or on Linux a thread alone
+waiting for an answer in its place), events go up whole, once and in order, every waiter is
+woken, and a failure is reported once, as the reader thread would report it."""
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+from bmq import _codec
+from bmq import _transport
+from bmq._transport import Transport
+from bmq.exceptions import ConnectionLost
+
+needs_epoll = pytest.mark.skipif(not _transport._EPOLL, reason="a waiting thread reads only where epoll exists (Linux)")
+
+
+class _Peer:
+    """A broker stand-in: answers every PUT message with an ACK event of its own, in order."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.conn: Optional[socket.socket] = None
+        self.accepted = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self.conn, _ = self.server.accept()
+        self.accepted.set()
+        frames = _codec.FrameReader()
+        with self.conn:
+            while True:
+                try:
+                    chunk = self.conn.recv(1 << 20)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                for event in frames.feed(chunk):
+                    if _codec.unpack_event_header(event)[1] == _codec.EVENT_PUT:
+                        for message in _codec.iter_put_messages(event):
+                            self.conn.sendall(_codec.build_ack_event([(0, 0, message[2], message[1])]))
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def _connect(peer: _Peer, latches: Dict[bytes, _codec.Latch], seen: List[Tuple[str, bytes]],
+             failures: List[BaseException]) -> Transport:
+    def on_events(event_type: int, events: List[bytes]) -> List[_codec.Latch]:
+        woken = []
+        for event in events:
+            for ack in _codec.iter_acks(event):
+                seen.append((threading.current_thread().name, ack[2]))
+                woken.append(latches.pop(ack[2]))
+        return woken
+
+    transport = Transport(peer.server.getsockname(), on_events, failures.append, 64 << 20, "reads")
+    transport.connect(5.0)
+    assert peer.accepted.wait(5)
+    return transport
+
+
+def _post(transport: Transport, guids: _codec.GuidGenerator, latches: Dict[bytes, _codec.Latch],
+          queue_id: int) -> Tuple[bytes, _codec.Latch]:
+    guid = guids.generate(1)
+    latch = latches[guid] = _codec.Latch()
+    transport.send(_codec.build_put_events(queue_id, guid, [b"x"])[0], 5.0)
+    return guid, latch
+
+
+@needs_epoll
+def test_a_thread_alone_waiting_reads_its_answer_itself():
+    peer, latches, seen, failures = _Peer(), {}, [], []
+    transport = _connect(peer, latches, seen, failures)
+    guids = _codec.GuidGenerator(5)
+    try:
+        sent = []
+        for _ in range(50):
+            guid, latch = _post(transport, guids, latches, 1)
+            sent.append(guid)
+            assert transport.wait_for(latch, 10.0)
+        assert [guid for _, guid in seen] == sent
+        me = threading.current_thread().name
+        # The peer can answer only once this thread released the interpreter lock, which it
+        # does first in its wait for the socket: nearly every answer is read here.
+        assert sum(name == me for name, _ in seen) >= 25
+        assert not failures
+    finally:
+        transport.close()
+        transport.join(5.0)
+        peer.close()
+
+
+def test_answers_to_many_waiting_threads_go_up_once_and_in_order():
+    peer, latches, seen, failures = _Peer(), {}, [], []
+    transport = _connect(peer, latches, seen, failures)
+    guids = _codec.GuidGenerator(6)
+    sent: List[bytes] = []
+    sending = threading.Lock()  # the peer answers in the order PUTs were written
+
+    def poster(queue_id: int) -> None:
+        for _ in range(200):
+            with sending:
+                guid, latch = _post(transport, guids, latches, queue_id)
+                sent.append(guid)
+            assert transport.wait_for(latch, 10.0)
+
+    threads = [threading.Thread(target=poster, args=(n,)) for n in range(4)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not any(thread.is_alive() for thread in threads)
+        assert [guid for _, guid in seen] == sent and not latches
+        assert not failures
+    finally:
+        transport.close()
+        transport.join(5.0)
+        peer.close()
+
+
+@needs_epoll
+def test_the_peer_closing_while_a_thread_reads_is_reported_once_by_the_transport():
+    peer, latches, seen, failures = _Peer(), {}, [], []
+    transport = _connect(peer, latches, seen, failures)
+    latch = _codec.Latch()
+    waited: List[bool] = []
+    waiter = threading.Thread(target=lambda: waited.append(transport.wait_for(latch, 2.0)))
+    waiter.start()
+    assert peer.conn is not None
+    peer.conn.shutdown(socket.SHUT_RDWR)  # the end of the stream, read by whichever thread waits last
+    transport.join(10.0)
+    waiter.join(10.0)
+    assert transport.closed and waited == [False]
+    assert len(failures) == 1 and isinstance(failures[0], ConnectionLost)
+    assert "closed the connection" in str(failures[0])
+    peer.close()
