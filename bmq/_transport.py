@@ -361,7 +361,8 @@ class Transport:
                 ready = self._wait(wait, woken)
                 if ready & _READY_KICKED and self._read_error is not None:
                     raise self._read_error  # from a thread that read in the reader's place
-                if ready & _READY_SOCKET:
+                # A kick may also mean that a thread reading in the reader's place left data.
+                if ready:
                     with self._read_lock:
                         # After a large read the broker is likely streaming: read again at once
                         # (waking those answered so far), sparing a wait.
@@ -491,7 +492,11 @@ class Transport:
                         return
                     try:
                         while self._read_once(woken) >= _STREAMING_READ:
-                            pass
+                            if latch in woken or len(self._blocked) > 1:
+                                # Answered (or no longer alone) amid a stream: more may be
+                                # waiting, and no new edge comes for it: the reader reads on.
+                                os.eventfd_write(self._kick, 1)
+                                return
                     except BaseException as e:  # noqa: B902 - the reader thread must see it
                         self._read_error = e if isinstance(e, Exception) else ConnectionLost(
                             f"reading from {self.address[0]}:{self.address[1]} was interrupted ({e!r})")

@@ -18,9 +18,13 @@ needs_epoll = pytest.mark.skipif(not _transport._EPOLL, reason="a waiting thread
 
 
 class _Peer:
-    """A broker stand-in: answers every PUT message with an ACK event of its own, in order."""
+    """A broker stand-in: answers every PUT message with an ACK event of its own, in order.
+    With a ``marker`` GUID it then sends 16 MiB of large ACK events for nobody in one call
+    (``streamed`` is set once it returns), and one for ``marker``."""
 
-    def __init__(self) -> None:
+    def __init__(self, marker: bytes = b"") -> None:
+        self.marker = marker
+        self.streamed = threading.Event()
         self.server = socket.create_server(("127.0.0.1", 0))
         self.conn: Optional[socket.socket] = None
         self.accepted = threading.Event()
@@ -42,6 +46,11 @@ class _Peer:
                     if _codec.unpack_event_header(event)[1] == _codec.EVENT_PUT:
                         for message in _codec.iter_put_messages(event):
                             self.conn.sendall(_codec.build_ack_event([(0, 0, message[2], message[1])]))
+                            if self.marker:
+                                nobody = _codec.build_ack_event([(0, 0, bytes(16), 1)] * 1000)
+                                self.conn.sendall(nobody * (16 * 1024 * 1024 // len(nobody)))
+                                self.streamed.set()
+                                self.conn.sendall(_codec.build_ack_event([(0, 0, self.marker, 1)]))
 
     def close(self) -> None:
         self.server.close()
@@ -52,9 +61,12 @@ def _connect(peer: _Peer, latches: Dict[bytes, _codec.Latch], seen: List[Tuple[s
     def on_events(event_type: int, events: List[bytes]) -> List[_codec.Latch]:
         woken = []
         for event in events:
+            if len(event) > 1024:  # the peer's stream for nobody
+                continue
             for ack in _codec.iter_acks(event):
-                seen.append((threading.current_thread().name, ack[2]))
-                woken.append(latches.pop(ack[2]))
+                if ack[2] in latches:
+                    seen.append((threading.current_thread().name, ack[2]))
+                    woken.append(latches.pop(ack[2]))
         return woken
 
     transport = Transport(peer.server.getsockname(), on_events, failures.append, 64 << 20, "reads")
@@ -117,6 +129,32 @@ def test_answers_to_many_waiting_threads_go_up_once_and_in_order():
         assert not any(thread.is_alive() for thread in threads)
         assert [guid for _, guid in seen] == sent and not latches
         assert not failures
+    finally:
+        transport.close()
+        transport.join(5.0)
+        peer.close()
+
+
+@needs_epoll
+def test_a_thread_answered_amid_a_stream_returns_and_the_reader_thread_reads_on():
+    """A thread reading in the reader's place must return once answered even while the
+    stream goes on, and hand the rest to the reader thread (edge-triggered: what it leaves
+    unread raises no new wake-up)."""
+    marker = b"\x01" * 16
+    peer, latches, seen, failures = _Peer(marker=marker), {}, [], []
+    last = latches[marker] = _codec.Latch()
+    transport = _connect(peer, latches, seen, failures)
+    try:
+        guid, latch = _post(transport, _codec.GuidGenerator(7), latches, 1)
+        answered: List[bool] = []
+        waiter = threading.Thread(target=lambda: answered.append(transport.wait_for(latch, 10.0)))
+        waiter.start()
+        waiter.join(20.0)
+        # It returned while the stream went on: the peer was still writing the 16 MiB (more
+        # than the sockets' buffers hold), so the rest was not read yet.
+        assert answered == [True] and not peer.streamed.is_set()
+        assert last.wait(10.0)  # the stream's end was read
+        assert [g for _, g in seen] == [guid, marker] and not failures
     finally:
         transport.close()
         transport.join(5.0)
