@@ -252,6 +252,7 @@ class Transport:
                 self._queue.appendleft(data[sent:] if sent else data)
                 self._queued += len(data) - sent
             if self._queue and self._writer_waiting:
+                self._writer_waiting = False  # one wake-up is enough
                 self._not_empty.notify()
             if taken or self._closed:
                 self._has_room.notify_all()  # posters over the high watermark; the reader closing
@@ -271,6 +272,9 @@ class Transport:
         self._queue.append(data)
         self._queued += len(data)
         if self._writer_waiting:
+            # One wake-up is enough: the writer needs the interpreter lock to run, which a
+            # thread posting a stream holds, and would otherwise be notified per message.
+            self._writer_waiting = False
             self._not_empty.notify()
 
     def _write(self, batch: List[bytes], wait: bool) -> Tuple[bytes, int]:
@@ -316,7 +320,6 @@ class Transport:
                 while (not queue or self._writing) and not self._closed:
                     self._writer_waiting = True
                     self._not_empty.wait()
-                    self._writer_waiting = False
                 if self._closed:
                     return
                 self._writing = True
