@@ -245,13 +245,15 @@ class Latch:
 def wait_readable(fd: int, timeout: float, woken: list[Latch]) -> bool:
     """Release the interpreter lock, set and remove ``woken``'s latches, then wait up to
     ``timeout`` seconds for ``fd`` to be readable."""
-def set_latches(woken: list[Latch]) -> None:
-    """Set and remove every latch of ``woken``."""
+def set_latches(woken: list[Latch]) -> bool:
+    """Set and remove every latch of ``woken``; True if one wrote its kick descriptor."""
 
 READY_SOCKET: Final[int]
 READY_KICKED: Final[int]
+READY_HANDED: Final[int]
 
 def wait_ready(epfd: int, sock_fd: int, timeout: float, woken: list[Latch]) -> int:
     """Release the interpreter lock, set and remove ``woken``'s latches, then wait up to
     ``timeout`` on edge-triggered epoll set ``epfd`` (socket ``sock_fd`` and a kick eventfd):
-    READY_SOCKET | READY_KICKED bits."""
+    READY_SOCKET | READY_KICKED bits, or READY_HANDED at once (no wait) if setting a latch
+    wrote its kick descriptor."""

@@ -38,7 +38,7 @@ _recv_now = _codec.recv_now
 _wait_readable = _codec.wait_readable
 _wait_ready = _codec.wait_ready
 _READY_SOCKET = _codec.READY_SOCKET
-_READY_KICKED = _codec.READY_KICKED
+_READY_HANDED = _codec.READY_HANDED
 # Where the system has them (Linux), the socket is waited on through an edge-triggered epoll
 # set, which wakes only the thread that waited last: a blocking poster waiting there is woken
 # by its ACK instead of the reader thread (see Transport.wait_for).
@@ -132,7 +132,6 @@ class Transport:
         self._lead = threading.Lock()
         self._epoll: Optional["select.epoll"] = None
         self._kick = -1  # an eventfd in the epoll set: written to wake the thread waiting there
-        self._read_error: Optional[BaseException] = None  # what a reading poster hands the reader
         self._read_closed = False
         # One entry per thread in wait_for (list appends and pops are atomic): a thread reads in
         # the reader's place only while it is the one waiting. With several, the reader thread
@@ -362,20 +361,22 @@ class Transport:
                             missed += 1
                     wait = max(0.0, next_check - now)
                 ready = self._wait(wait, woken)
-                if ready & _READY_KICKED and self._read_error is not None:
-                    raise self._read_error  # from a thread that read in the reader's place
-                # A kick may also mean that a thread reading in the reader's place left data.
+                if ready & _READY_HANDED:
+                    self._await_reading_poster(wait)
+                # A kick (without data) may mean that a thread reading in the reader's place
+                # left data: look.
                 if ready:
+                    handed = False
                     with self._read_lock:
                         # After a large read the broker is likely streaming: read again at once
                         # (waking those answered so far), sparing a wait.
                         while self._read_once(woken) >= _STREAMING_READ:
                             if woken:
-                                _codec.set_latches(woken)
+                                handed |= _codec.set_latches(woken)
+                    if handed:
+                        self._await_reading_poster(wait)
         except BaseException as e:  # noqa: B902 - whatever kills the reader must reach the owner
-            if isinstance(e, OSError) and not isinstance(e, ConnectionError):
-                e = ConnectionLost(f"read from {self.address[0]}:{self.address[1]} failed: {e}")
-            self._fail(e, e.__cause__)
+            self._read_failed(e)
         finally:
             _codec.set_latches(woken)  # answered before the failure: theirs are final
             writer = self._writer
@@ -402,7 +403,7 @@ class Transport:
 
     def _wait(self, timeout: float, woken: List[_codec.Latch]) -> int:
         """Set ``woken``'s latches once the interpreter lock is released, then wait up to
-        ``timeout`` for the socket: READY_SOCKET / READY_KICKED bits."""
+        ``timeout`` for the socket: READY_* bits (see _codec.wait_ready)."""
         if self._epoll is not None:
             return _wait_ready(self._epoll.fileno(), self._fd, timeout, woken)
         return _READY_SOCKET if _wait_readable(self._fd, timeout, woken) else 0
@@ -454,14 +455,15 @@ class Transport:
     def wait_for(self, latch: _codec.Latch, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for ``latch`` (a blocking post's answer); True once set.
 
-        Unless another thread does already, the caller reads the socket meanwhile in the reader
+        Unless another thread waits too, the caller reads the socket meanwhile in the reader
         thread's place: the epoll set wakes only the thread that waited last, so the ACK wakes
         this thread, not the reader thread that would then have to wake it (one context switch
-        per post instead of two, each several microseconds). The reader thread takes over again
-        when this returns (or is woken through the kick eventfd if the latch is set elsewhere).
-        A failure while reading is handed to the reader thread, which fails the transport as if
-        it had read it; an interruption (KeyboardInterrupt) while handing up events fails it
-        too (the session reconnects and re-sends what is unanswered), then propagates.
+        per post instead of two or three, each several microseconds). Events go up under
+        _read_lock as the reader would hand them up. If the reader thread (or anyone) sets the
+        latch, the kick eventfd in the set wakes this thread, and the reader stays out of the
+        set meanwhile (see _codec.wait_ready). A failure read here fails the transport as on
+        the reader thread; an interruption (KeyboardInterrupt) while handing up events fails
+        it too (the session reconnects and re-sends what is unanswered), then propagates.
         """
         blocked = self._blocked
         blocked.append(None)
@@ -489,7 +491,9 @@ class Transport:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            if _wait_ready(epoll_fd, self._fd, min(remaining, _LEAD_SLICE), woken) & _READY_SOCKET:
+            # Any wake-up reads: a kick may come from a thread that left data (below).
+            if _wait_ready(epoll_fd, self._fd, min(remaining, _LEAD_SLICE), woken):
+                failure: Optional[BaseException] = None
                 with self._read_lock:
                     if self._read_closed:
                         return
@@ -500,15 +504,32 @@ class Transport:
                                 # waiting, and no new edge comes for it: the reader reads on.
                                 os.eventfd_write(self._kick, 1)
                                 return
-                    except BaseException as e:  # noqa: B902 - the reader thread must see it
-                        self._read_error = e if isinstance(e, Exception) else ConnectionLost(
-                            f"reading from {self.address[0]}:{self.address[1]} was interrupted ({e!r})")
-                        os.eventfd_write(self._kick, 1)
-                        if not isinstance(e, Exception):
-                            raise
-                        return
+                    except BaseException as e:  # noqa: B902 - the transport fails as if the reader read it
+                        failure = e
+                if failure is not None:
+                    # Outside _read_lock: the owner's failure handling may wait for the reader.
+                    self._read_failed(failure)
+                    if not isinstance(failure, Exception):
+                        raise failure  # KeyboardInterrupt and the like: the caller's
+                    return
             if latch in woken or latch.is_set() or len(self._blocked) > 1:
                 return  # answered, or others wait too (see _blocked)
+
+    def _await_reading_poster(self, timeout: float) -> None:
+        """Reader thread: it woke a thread reading in its place through the epoll set. Waiting
+        there now could take that wake-up from it: wait until it is done instead."""
+        if self._lead.acquire(timeout=timeout):
+            self._lead.release()
+
+    def _read_failed(self, exc: BaseException) -> None:
+        """A read or what it handed up failed (on the reader thread or a thread reading in its
+        place): fail the transport, once."""
+        cause = exc.__cause__
+        if not isinstance(exc, Exception):
+            exc, cause = ConnectionLost(f"reading from {self.address[0]}:{self.address[1]} was interrupted ({exc!r})"), exc
+        elif isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
+            exc, cause = ConnectionLost(f"read from {self.address[0]}:{self.address[1]} failed: {exc}"), exc
+        self._fail(exc, cause)
 
     # ---- closing ------------------------------------------------------------------
     def _shutdown(self) -> bool:

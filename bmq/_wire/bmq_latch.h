@@ -44,7 +44,8 @@ static void bmq_latch_destroy(bmq_latch *latch)
     pthread_mutex_destroy(&latch->mutex);
 }
 
-static void bmq_latch_set(bmq_latch *latch)
+/* Set the latch; 1 if that also wrote its kick descriptor. */
+static int bmq_latch_set(bmq_latch *latch)
 {
     int kick_fd;
     pthread_mutex_lock(&latch->mutex);
@@ -53,8 +54,10 @@ static void bmq_latch_set(bmq_latch *latch)
     pthread_mutex_unlock(&latch->mutex);
     /* The setter holds a reference to the latch, so it outlives this call. */
     pthread_cond_broadcast(&latch->cond);
-    if (kick_fd >= 0)
-        bmq_kick(kick_fd);
+    if (kick_fd < 0)
+        return 0;
+    bmq_kick(kick_fd);
+    return 1;
 }
 
 /* From now on a set writes kick_fd (-1: nothing); 1 if the latch is set already. */

@@ -14,7 +14,7 @@ cdef extern from "bmq_latch.h" nogil:
         pass
     int bmq_latch_init(bmq_latch *latch)
     void bmq_latch_destroy(bmq_latch *latch)
-    void bmq_latch_set(bmq_latch *latch)
+    int bmq_latch_set(bmq_latch *latch)
     int bmq_latch_wait(bmq_latch *latch, double seconds)
     int bmq_latch_kick_to(bmq_latch *latch, int kick_fd)
 
@@ -89,11 +89,14 @@ cdef class Latch:
 
 
 def set_latches(list woken):
-    """Set and remove every latch of ``woken``."""
+    """Set and remove every latch of ``woken``; True if that wrote a kick descriptor (see
+    :func:`wait_ready`)."""
     cdef Latch latch
+    cdef int kicked = 0
     while woken:
         latch = <Latch?>woken.pop()
-        bmq_latch_set(&latch.latch)
+        kicked |= bmq_latch_set(&latch.latch)
+    return bool(kicked)
 
 
 def wait_readable(int fd, double timeout, list woken):
@@ -135,21 +138,27 @@ def wait_readable(int fd, double timeout, list woken):
 cdef enum:
     _READY_SOCKET = 1
     _READY_KICKED = 2
+    _READY_HANDED = 4
 READY_SOCKET = _READY_SOCKET
 READY_KICKED = _READY_KICKED
+READY_HANDED = _READY_HANDED
 
 
 def wait_ready(int epfd, int sock_fd, double timeout, list woken):
     """Release the interpreter lock, set the latches of ``woken`` (emptied), then wait up to
     ``timeout`` seconds on the edge-triggered epoll set ``epfd``: socket ``sock_fd`` and a kick
-    eventfd. Returns READY_SOCKET | READY_KICKED bits (a kick is drained)."""
+    eventfd. Returns READY_SOCKET | READY_KICKED bits (a kick is drained).
+
+    If setting a latch wrote its kick descriptor, returns READY_HANDED at once without waiting:
+    the thread the kick is for waits in this epoll set, and waiting here now could take the
+    kick from it (a woken waiter can lose the event to one arriving meanwhile)."""
     # The tuple keeps the latches alive while they are set: another thread may use the list.
     cdef tuple held = tuple(woken)
     cdef Py_ssize_t n = len(held), i
     cdef bmq_latch **latches = NULL
     cdef double ms = ceil(timeout * 1000.0) if timeout > 0 else 0.0
     cdef int fds[2]
-    cdef int got, ready = 0
+    cdef int got = 0, ready = 0, kicked = 0
     if n:
         latches = <bmq_latch **>PyMem_Malloc(n * sizeof(bmq_latch *))
         if latches == NULL:
@@ -160,8 +169,11 @@ def wait_ready(int epfd, int sock_fd, double timeout, list woken):
     try:
         with nogil:
             for i in range(n):
-                bmq_latch_set(latches[i])
-            got = bmq_epoll_wait(epfd, <int>(ms if ms < 2147483647.0 else 2147483647.0), fds, 2)
+                kicked |= bmq_latch_set(latches[i])
+            if kicked:
+                ready = _READY_HANDED
+            else:
+                got = bmq_epoll_wait(epfd, <int>(ms if ms < 2147483647.0 else 2147483647.0), fds, 2)
             for i in range(got if got > 0 else 0):
                 if fds[i] == sock_fd:
                     ready |= _READY_SOCKET

@@ -3,6 +3,8 @@
 A latch is set once and stays set; waiting releases the interpreter lock, honours its timeout
 and lets signal handlers run. wait_readable sets the latches it is given (emptying the list)
 and reports whether the socket has something to read."""
+import os
+import select
 import signal
 import socket
 import threading
@@ -83,5 +85,34 @@ def test_wait_readable_refuses_what_is_not_a_latch():
             _codec.wait_readable(a.fileno(), 0, [latch, object()])
         assert not latch.is_set()
     finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.skipif(not (hasattr(select, "epoll") and hasattr(os, "eventfd")), reason="epoll and eventfd: Linux")
+def test_wait_ready_reports_the_socket_and_kicks_and_never_takes_a_kick_it_wrote():
+    a, b = socket.socketpair()
+    epoll = select.epoll()
+    kick = os.eventfd(0, os.EFD_NONBLOCK)
+    try:
+        epoll.register(a.fileno(), select.EPOLLIN | select.EPOLLET)
+        epoll.register(kick, select.EPOLLIN | select.EPOLLET)
+        assert _codec.wait_ready(epoll.fileno(), a.fileno(), 0.01, []) == 0
+        b.send(b"x")
+        assert _codec.wait_ready(epoll.fileno(), a.fileno(), 10, []) == _codec.READY_SOCKET
+        latch = _codec.Latch()
+        assert latch.kick_to(kick) is False
+        woken = [latch]
+        # Setting a latch that kicks returns at once, leaving the kick for its waiter.
+        assert _codec.wait_ready(epoll.fileno(), a.fileno(), 60, woken) == _codec.READY_HANDED
+        assert latch.is_set() and woken == []
+        assert _codec.wait_ready(epoll.fileno(), a.fileno(), 10, []) == _codec.READY_KICKED
+        assert _codec.wait_ready(epoll.fileno(), a.fileno(), 0.01, []) == 0  # the kick was drained
+        assert latch.kick_to(-1) is True  # set already
+        other = _codec.Latch()
+        assert _codec.set_latches([other]) is False and other.is_set()
+    finally:
+        epoll.close()
+        os.close(kick)
         a.close()
         b.close()

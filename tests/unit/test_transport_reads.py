@@ -14,6 +14,7 @@ from bmq import _transport
 from bmq._transport import Transport
 from bmq.exceptions import ConnectionLost
 
+pytestmark = pytest.mark.timeout(120)
 needs_epoll = pytest.mark.skipif(not _transport._EPOLL, reason="a waiting thread reads only where epoll exists (Linux)")
 
 
@@ -128,6 +129,42 @@ def test_answers_to_many_waiting_threads_go_up_once_and_in_order():
             thread.join(60)
         assert not any(thread.is_alive() for thread in threads)
         assert [guid for _, guid in seen] == sent and not latches
+        assert not failures
+    finally:
+        transport.close()
+        transport.join(5.0)
+        peer.close()
+
+
+@needs_epoll
+def test_a_waiting_thread_is_woken_whichever_thread_reads_its_last_answer(monkeypatch):
+    """Answers of a batch arrive in many reads, some read by the waiting thread, some by the
+    reader thread; whoever reads the last one must wake it. With the waiting thread's
+    periodic look (at signals) pushed beyond the test's timeouts, a missed wake-up fails."""
+    monkeypatch.setattr(_transport, "_LEAD_SLICE", 60.0)
+    peer = _Peer()
+    remaining = {"count": 0}
+    done: List[_codec.Latch] = []
+
+    def on_events(event_type: int, events: List[bytes]) -> List[_codec.Latch]:
+        woken = []
+        for event in events:
+            remaining["count"] -= len(_codec.iter_acks(event))
+            if remaining["count"] == 0:
+                woken.append(done[-1])
+        return woken
+
+    failures: List[BaseException] = []
+    transport = Transport(peer.server.getsockname(), on_events, failures.append, 64 << 20, "batches")
+    transport.connect(5.0)
+    assert peer.accepted.wait(5)
+    guids = _codec.GuidGenerator(8)
+    try:
+        for _ in range(100):
+            remaining["count"] = 50
+            done.append(_codec.Latch())
+            transport.send(_codec.build_put_events(1, guids.generate(50), [b"x"] * 50)[0], 5.0)
+            assert transport.wait_for(done[-1], 20.0)
         assert not failures
     finally:
         transport.close()
