@@ -362,7 +362,7 @@ class Transport:
                     wait = max(0.0, next_check - now)
                 ready = self._wait(wait, woken)
                 if ready & _READY_HANDED:
-                    self._await_reading_poster(wait)
+                    self._await_reading_poster()
                 # A kick (without data) may mean that a thread reading in the reader's place
                 # left data: look.
                 if ready:
@@ -374,7 +374,7 @@ class Transport:
                             if woken:
                                 handed |= _codec.set_latches(woken)
                     if handed:
-                        self._await_reading_poster(wait)
+                        self._await_reading_poster()
         except BaseException as e:  # noqa: B902 - whatever kills the reader must reach the owner
             self._read_failed(e)
         finally:
@@ -515,10 +515,11 @@ class Transport:
             if latch in woken or latch.is_set() or len(self._blocked) > 1:
                 return  # answered, or others wait too (see _blocked)
 
-    def _await_reading_poster(self, timeout: float) -> None:
+    def _await_reading_poster(self) -> None:
         """Reader thread: it woke a thread reading in its place through the epoll set. Waiting
-        there now could take that wake-up from it: wait until it is done instead."""
-        if self._lead.acquire(timeout=timeout):
+        there now could take that wake-up from it: wait until it is done instead (it returns
+        once it sees its latch set; the bound is only a safety net)."""
+        if self._lead.acquire(timeout=1.0):
             self._lead.release()
 
     def _read_failed(self, exc: BaseException) -> None:
