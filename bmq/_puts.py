@@ -181,8 +181,9 @@ class PendingPuts:
         return len(self._pending)
 
     def await_answer(self, finished: _codec.Latch, timeout: float) -> bool:
-        """Wait up to ``timeout`` for a blocking post's latch, through the connection's
-        transport while there is one (it may read the socket meanwhile: Transport.wait_for)."""
+        """Wait up to ``timeout`` for a blocking post's latch (one message), through the
+        connection's transport while there is one (it may read the socket meanwhile:
+        Transport.wait_for)."""
         transport = self._transport
         if transport is None:
             return bool(finished.wait(timeout))
@@ -278,7 +279,10 @@ class PendingPuts:
         keys = [guids] if count == 1 else _codec.split_guids(guids)
         batch = Batch(queue, keys, payloads, properties, new_style, compression,
                       time.monotonic() + self._options.ack_timeout, on_ack, asynchronous, trace,
-                      self._await_answer)
+                      # One message's answer comes in one read, which the waiting thread can make
+                      # itself; many come in many reads, each then waking it rather than the reader
+                      # (post_many of 1,000: 0.65-0.74 -> 0.93-0.97 us of client CPU per message).
+                      self._await_answer if count == 1 else None)
         size = sum(map(len, payloads))
         if caller_guids and len(set(keys)) != count:
             raise InvalidArgumentError("the same GUID appears twice in one post")
