@@ -1,9 +1,11 @@
 """Helpers shared by tests that drive sessions (importable: pytest puts tests/ on sys.path)."""
 from __future__ import annotations
 
+import contextlib
 import itertools
+import signal
 import time
-from typing import List, Type
+from typing import Iterator, List, Type
 
 import bmq
 from bmq import _codec, events
@@ -69,3 +71,21 @@ def messages_of_push(event: bytes) -> list:
     """iter_push_messages' messages in expand_columns' shape."""
     return [(queue_id, guid, sub_ids, area, new_style if area is not None else None, payload)
             for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event)]
+
+
+class Interrupted(Exception):
+    """Raised by the handler :func:`sigusr1_raises` installs."""
+
+
+@contextlib.contextmanager
+def sigusr1_raises() -> Iterator[None]:
+    """While inside, SIGUSR1 raises :class:`Interrupted` in the main thread (as Ctrl-C would
+    raise KeyboardInterrupt, without disturbing pytest's own handling of that)."""
+    def handler(signum, frame):
+        raise Interrupted()
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)

@@ -12,7 +12,7 @@ import pytest
 
 import bmq
 from bmq import events
-from support import fresh_uri as fresh, ha_options as options, wait_event
+from support import Interrupted, fresh_uri as fresh, ha_options as options, sigusr1_raises, wait_event
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -61,14 +61,7 @@ def test_stopping_the_session_ends_a_waiting_blocking_post_promptly(broker):
 
 
 def test_a_signal_ends_a_blocking_post_in_the_main_thread_and_the_session_goes_on(broker):
-    class Interrupted(Exception):
-        pass
-
-    def handler(signum, frame):
-        raise Interrupted()
-
-    previous = signal.signal(signal.SIGUSR1, handler)
-    try:
+    with sigusr1_raises():
         with bmq.Session(broker.address, options()) as session:
             uri = fresh()
             queue = session.open_queue(uri, write=True)
@@ -85,5 +78,3 @@ def test_a_signal_ends_a_blocking_post_in_the_main_thread_and_the_session_goes_o
             interrupter.join(10)
             broker.faults.release_acks()
             assert queue.post(b"after", timeout=10.0).status is bmq.AckStatus.SUCCESS
-    finally:
-        signal.signal(signal.SIGUSR1, previous)

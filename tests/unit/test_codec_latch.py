@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from bmq import _codec
+from support import Interrupted, sigusr1_raises
 
 
 def test_a_latch_waits_out_its_timeout_until_set_then_stays_set():
@@ -43,21 +44,12 @@ def test_a_latch_set_from_another_thread_wakes_its_waiter():
 
 
 def test_a_signal_handler_ends_a_wait_in_the_main_thread():
-    class Interrupted(Exception):
-        pass
-
-    def handler(signum, frame):
-        raise Interrupted()
-
-    previous = signal.signal(signal.SIGUSR1, handler)
-    try:
+    with sigusr1_raises():
         sender = threading.Thread(target=signal.pthread_kill, args=(threading.main_thread().ident, signal.SIGUSR1))
         with pytest.raises(Interrupted):
             sender.start()
             _codec.Latch().wait(60)
         sender.join(5)
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
 
 
 def test_wait_readable_sets_and_removes_the_latches_and_reports_readability():

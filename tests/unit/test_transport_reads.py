@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -57,83 +57,84 @@ class _Peer:
         self.server.close()
 
 
-def _connect(peer: _Peer, latches: Dict[bytes, _codec.Latch], seen: List[Tuple[str, bytes]],
-             failures: List[BaseException]) -> Transport:
-    def on_events(event_type: int, events: List[bytes]) -> List[_codec.Latch]:
+class _Link:
+    """A transport connected to a :class:`_Peer`, noting which thread handed up each answer
+    to a GUID in ``latches`` (and waking its latch)."""
+
+    def __init__(self, peer: Optional[_Peer] = None, on_events: Optional[Any] = None) -> None:
+        self.peer = peer or _Peer()
+        self.latches: Dict[bytes, _codec.Latch] = {}
+        self.seen: List[Tuple[str, bytes]] = []
+        self.failures: List[BaseException] = []
+        self.transport = Transport(self.peer.server.getsockname(), on_events or self._on_events,
+                                   self.failures.append, 64 << 20, "reads")
+
+    def __enter__(self) -> "_Link":
+        self.transport.connect(5.0)
+        assert self.peer.accepted.wait(5)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.transport.close()
+        self.transport.join(5.0)
+        self.peer.close()
+
+    def _on_events(self, event_type: int, events: List[bytes]) -> List[_codec.Latch]:
         woken = []
         for event in events:
             if len(event) > 1024:  # the peer's stream for nobody
                 continue
             for ack in _codec.iter_acks(event):
-                if ack[2] in latches:
-                    seen.append((threading.current_thread().name, ack[2]))
-                    woken.append(latches.pop(ack[2]))
+                if ack[2] in self.latches:
+                    self.seen.append((threading.current_thread().name, ack[2]))
+                    woken.append(self.latches.pop(ack[2]))
         return woken
 
-    transport = Transport(peer.server.getsockname(), on_events, failures.append, 64 << 20, "reads")
-    transport.connect(5.0)
-    assert peer.accepted.wait(5)
-    return transport
-
-
-def _post(transport: Transport, guids: _codec.GuidGenerator, latches: Dict[bytes, _codec.Latch],
-          queue_id: int) -> Tuple[bytes, _codec.Latch]:
-    guid = guids.generate(1)
-    latch = latches[guid] = _codec.Latch()
-    transport.send(_codec.build_put_events(queue_id, guid, [b"x"])[0], 5.0)
-    return guid, latch
+    def post(self, guids: _codec.GuidGenerator, queue_id: int) -> Tuple[bytes, _codec.Latch]:
+        guid = guids.generate(1)
+        latch = self.latches[guid] = _codec.Latch()
+        self.transport.send(_codec.build_put_events(queue_id, guid, [b"x"])[0], 5.0)
+        return guid, latch
 
 
 @needs_epoll
 def test_a_thread_alone_waiting_reads_its_answer_itself():
-    peer, latches, seen, failures = _Peer(), {}, [], []
-    transport = _connect(peer, latches, seen, failures)
-    guids = _codec.GuidGenerator(5)
-    try:
+    with _Link() as link:
+        guids = _codec.GuidGenerator(5)
         sent = []
         for _ in range(50):
-            guid, latch = _post(transport, guids, latches, 1)
+            guid, latch = link.post(guids, 1)
             sent.append(guid)
-            assert transport.wait_for(latch, 10.0)
-        assert [guid for _, guid in seen] == sent
+            assert link.transport.wait_for(latch, 10.0)
+        assert [guid for _, guid in link.seen] == sent
         me = threading.current_thread().name
         # The peer can answer only once this thread released the interpreter lock, which it
         # does first in its wait for the socket: nearly every answer is read here.
-        assert sum(name == me for name, _ in seen) >= 25
-        assert not failures
-    finally:
-        transport.close()
-        transport.join(5.0)
-        peer.close()
+        assert sum(name == me for name, _ in link.seen) >= 25
+        assert not link.failures
 
 
 def test_answers_to_many_waiting_threads_go_up_once_and_in_order():
-    peer, latches, seen, failures = _Peer(), {}, [], []
-    transport = _connect(peer, latches, seen, failures)
-    guids = _codec.GuidGenerator(6)
-    sent: List[bytes] = []
-    sending = threading.Lock()  # the peer answers in the order PUTs were written
+    with _Link() as link:
+        guids = _codec.GuidGenerator(6)
+        sent: List[bytes] = []
+        sending = threading.Lock()  # the peer answers in the order PUTs were written
 
-    def poster(queue_id: int) -> None:
-        for _ in range(200):
-            with sending:
-                guid, latch = _post(transport, guids, latches, queue_id)
-                sent.append(guid)
-            assert transport.wait_for(latch, 10.0)
+        def poster(queue_id: int) -> None:
+            for _ in range(200):
+                with sending:
+                    guid, latch = link.post(guids, queue_id)
+                    sent.append(guid)
+                assert link.transport.wait_for(latch, 10.0)
 
-    threads = [threading.Thread(target=poster, args=(n,)) for n in range(4)]
-    try:
+        threads = [threading.Thread(target=poster, args=(n,)) for n in range(4)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(60)
         assert not any(thread.is_alive() for thread in threads)
-        assert [guid for _, guid in seen] == sent and not latches
-        assert not failures
-    finally:
-        transport.close()
-        transport.join(5.0)
-        peer.close()
+        assert [guid for _, guid in link.seen] == sent and not link.latches
+        assert not link.failures
 
 
 @needs_epoll
@@ -142,7 +143,6 @@ def test_a_waiting_thread_is_woken_whichever_thread_reads_its_last_answer(monkey
     reader thread; whoever reads the last one must wake it. With the waiting thread's
     periodic look (at signals) pushed beyond the test's timeouts, a missed wake-up fails."""
     monkeypatch.setattr(_transport, "_LEAD_SLICE", 60.0)
-    peer = _Peer()
     remaining = {"count": 0}
     done: List[_codec.Latch] = []
 
@@ -154,22 +154,14 @@ def test_a_waiting_thread_is_woken_whichever_thread_reads_its_last_answer(monkey
                 woken.append(done[-1])
         return woken
 
-    failures: List[BaseException] = []
-    transport = Transport(peer.server.getsockname(), on_events, failures.append, 64 << 20, "batches")
-    transport.connect(5.0)
-    assert peer.accepted.wait(5)
-    guids = _codec.GuidGenerator(8)
-    try:
+    with _Link(on_events=on_events) as link:
+        guids = _codec.GuidGenerator(8)
         for _ in range(100):
             remaining["count"] = 50
             done.append(_codec.Latch())
-            transport.send(_codec.build_put_events(1, guids.generate(50), [b"x"] * 50)[0], 5.0)
-            assert transport.wait_for(done[-1], 20.0)
-        assert not failures
-    finally:
-        transport.close()
-        transport.join(5.0)
-        peer.close()
+            link.transport.send(_codec.build_put_events(1, guids.generate(50), [b"x"] * 50)[0], 5.0)
+            assert link.transport.wait_for(done[-1], 20.0)
+        assert not link.failures
 
 
 @needs_epoll
@@ -178,39 +170,31 @@ def test_a_thread_answered_amid_a_stream_returns_and_the_reader_thread_reads_on(
     stream goes on, and hand the rest to the reader thread (edge-triggered: what it leaves
     unread raises no new wake-up)."""
     marker = b"\x01" * 16
-    peer, latches, seen, failures = _Peer(marker=marker), {}, [], []
-    last = latches[marker] = _codec.Latch()
-    transport = _connect(peer, latches, seen, failures)
-    try:
-        guid, latch = _post(transport, _codec.GuidGenerator(7), latches, 1)
+    with _Link(_Peer(marker=marker)) as link:
+        last = link.latches[marker] = _codec.Latch()
+        guid, latch = link.post(_codec.GuidGenerator(7), 1)
         answered: List[bool] = []
-        waiter = threading.Thread(target=lambda: answered.append(transport.wait_for(latch, 10.0)))
+        waiter = threading.Thread(target=lambda: answered.append(link.transport.wait_for(latch, 10.0)))
         waiter.start()
         waiter.join(20.0)
         # It returned while the stream went on: the peer was still writing the 16 MiB (more
         # than the sockets' buffers hold), so the rest was not read yet.
-        assert answered == [True] and not peer.streamed.is_set()
+        assert answered == [True] and not link.peer.streamed.is_set()
         assert last.wait(10.0)  # the stream's end was read
-        assert [g for _, g in seen] == [guid, marker] and not failures
-    finally:
-        transport.close()
-        transport.join(5.0)
-        peer.close()
+        assert [g for _, g in link.seen] == [guid, marker] and not link.failures
 
 
 @needs_epoll
 def test_the_peer_closing_while_a_thread_reads_is_reported_once_by_the_transport():
-    peer, latches, seen, failures = _Peer(), {}, [], []
-    transport = _connect(peer, latches, seen, failures)
-    latch = _codec.Latch()
-    waited: List[bool] = []
-    waiter = threading.Thread(target=lambda: waited.append(transport.wait_for(latch, 2.0)))
-    waiter.start()
-    assert peer.conn is not None
-    peer.conn.shutdown(socket.SHUT_RDWR)  # the end of the stream, read by whichever thread waits last
-    transport.join(10.0)
-    waiter.join(10.0)
-    assert transport.closed and waited == [False]
-    assert len(failures) == 1 and isinstance(failures[0], ConnectionLost)
-    assert "closed the connection" in str(failures[0])
-    peer.close()
+    with _Link() as link:
+        latch = _codec.Latch()
+        waited: List[bool] = []
+        waiter = threading.Thread(target=lambda: waited.append(link.transport.wait_for(latch, 2.0)))
+        waiter.start()
+        assert link.peer.conn is not None
+        link.peer.conn.shutdown(socket.SHUT_RDWR)  # the end of the stream, read by whichever thread waits last
+        link.transport.join(10.0)
+        waiter.join(10.0)
+        assert link.transport.closed and waited == [False]
+        assert len(link.failures) == 1 and isinstance(link.failures[0], ConnectionLost)
+        assert "closed the connection" in str(link.failures[0])
