@@ -108,9 +108,11 @@ def test_a_thread_alone_waiting_reads_its_answer_itself():
             assert link.transport.wait_for(latch, 10.0)
         assert [guid for _, guid in link.seen] == sent
         me = threading.current_thread().name
-        # The peer can answer only once this thread released the interpreter lock, which it
-        # does first in its wait for the socket: nearly every answer is read here.
-        assert sum(name == me for name, _ in link.seen) >= 25
+        # Answers that come while this thread waits for the socket are read here (the reader
+        # thread only ever reads all of them otherwise). Not every one: the in-process peer may
+        # get the interpreter lock, and answer, before this thread reaches its wait (on an idle
+        # machine 50 of 50 were read here, under load about half).
+        assert any(name == me for name, _ in link.seen)
         assert not link.failures
 
 
