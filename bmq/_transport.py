@@ -21,7 +21,7 @@ import time
 from typing import Callable, Deque, List, Optional, Tuple
 
 from . import _codec
-from .exceptions import BandwidthLimitError, ConnectionError, ConnectionLost, InvalidURIError
+from .exceptions import BandwidthLimitError, ConnectionError, ConnectionLost, Error, InvalidURIError
 
 __all__ = ["Transport", "parse_broker_address"]
 
@@ -462,8 +462,10 @@ class Transport:
         _read_lock as the reader would hand them up. If the reader thread (or anyone) sets the
         latch, the kick eventfd in the set wakes this thread, and the reader stays out of the
         set meanwhile (see _codec.wait_ready). A failure read here fails the transport as on
-        the reader thread; an interruption (KeyboardInterrupt) while handing up events fails
-        it too (the session reconnects and re-sends what is unanswered), then propagates.
+        the reader thread, and this call goes on waiting. Anything else raised while reading
+        (what a signal handler raised in the main thread, such as KeyboardInterrupt or an
+        alarm's exception) may have come halfway through handing up events: it fails the
+        transport too (the session reconnects and re-sends what is unanswered), then propagates.
         """
         blocked = self._blocked
         blocked.append(None)
@@ -507,11 +509,19 @@ class Transport:
                     except BaseException as e:  # noqa: B902 - the transport fails as if the reader read it
                         failure = e
                 if failure is not None:
-                    # Outside _read_lock: the owner's failure handling may wait for the reader.
-                    self._read_failed(failure)
-                    if not isinstance(failure, Exception):
-                        raise failure  # KeyboardInterrupt and the like: the caller's
-                    return
+                    if isinstance(failure, (Error, OSError)):
+                        # The connection's failure (bad data, a broken socket): as on the reader
+                        # thread; the post goes on waiting (re-sent after the reconnect).
+                        # Outside _read_lock: the owner's failure handling may wait for the reader.
+                        self._read_failed(failure)
+                        return
+                    # Not the connection's: what a signal handler raised in this (main) thread
+                    # (KeyboardInterrupt, an alarm's exception) or a bug, maybe halfway through
+                    # handing up events. Drop the connection (the session reconnects and re-sends
+                    # what is unanswered) and let the caller have it.
+                    self._fail(ConnectionLost(f"reading from {self.address[0]}:{self.address[1]} was interrupted "
+                                              f"({failure!r})"), failure)
+                    raise failure
             if latch in woken or latch.is_set() or len(self._blocked) > 1:
                 return  # answered, or others wait too (see _blocked)
 
@@ -526,9 +536,7 @@ class Transport:
         """A read or what it handed up failed (on the reader thread or a thread reading in its
         place): fail the transport, once."""
         cause = exc.__cause__
-        if not isinstance(exc, Exception):
-            exc, cause = ConnectionLost(f"reading from {self.address[0]}:{self.address[1]} was interrupted ({exc!r})"), exc
-        elif isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
+        if isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
             exc, cause = ConnectionLost(f"read from {self.address[0]}:{self.address[1]} failed: {exc}"), exc
         self._fail(exc, cause)
 

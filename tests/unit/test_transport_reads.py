@@ -12,7 +12,7 @@ import pytest
 from bmq import _codec
 from bmq import _transport
 from bmq._transport import Transport
-from bmq.exceptions import ConnectionLost
+from bmq.exceptions import ConnectionLost, ProtocolError
 
 pytestmark = pytest.mark.timeout(120)
 needs_epoll = pytest.mark.skipif(not _transport._EPOLL, reason="a waiting thread reads only where epoll exists (Linux)")
@@ -175,13 +175,14 @@ def test_a_thread_answered_amid_a_stream_returns_and_the_reader_thread_reads_on(
     with _Link(_Peer(marker=marker)) as link:
         last = link.latches[marker] = _codec.Latch()
         guid, latch = link.post(_codec.GuidGenerator(7), 1)
-        answered: List[bool] = []
-        waiter = threading.Thread(target=lambda: answered.append(link.transport.wait_for(latch, 10.0)))
+        answered: List[Tuple[bool, bool]] = []
+        waiter = threading.Thread(
+            target=lambda: answered.append((link.transport.wait_for(latch, 10.0), link.peer.streamed.is_set())))
         waiter.start()
         waiter.join(20.0)
         # It returned while the stream went on: the peer was still writing the 16 MiB (more
         # than the sockets' buffers hold), so the rest was not read yet.
-        assert answered == [True] and not link.peer.streamed.is_set()
+        assert answered == [(True, False)]
         assert last.wait(10.0)  # the stream's end was read
         assert [g for _, g in link.seen] == [guid, marker] and not link.failures
 
@@ -200,3 +201,51 @@ def test_the_peer_closing_while_a_thread_reads_is_reported_once_by_the_transport
         assert link.transport.closed and waited == [False]
         assert len(link.failures) == 1 and isinstance(link.failures[0], ConnectionLost)
         assert "closed the connection" in str(link.failures[0])
+
+
+class _Interrupted(Exception):
+    """What a signal handler might raise while the waiting thread hands up events."""
+
+
+@needs_epoll
+@pytest.mark.parametrize("raised, propagates", [(_Interrupted, True), (KeyboardInterrupt, True),
+                                                (ProtocolError, False)])
+def test_what_handing_up_events_raises_in_a_waiting_thread(raised, propagates):
+    """The connection's own failures (bad data) fail the transport as on the reader thread,
+    and the waiting caller goes on waiting; anything else (a signal handler's exception, a
+    bug) may have come halfway through: it fails the transport and reaches the caller."""
+    me = threading.current_thread()
+    latches: Dict[bytes, _codec.Latch] = {}
+
+    def on_events(event_type: int, events: List[bytes]) -> List[_codec.Latch]:
+        if threading.current_thread() is me:  # the waiting thread hands them up
+            raise raised("from on_events")
+        return [latches.pop(ack[2]) for event in events for ack in _codec.iter_acks(event)]
+
+    with _Link(on_events=on_events) as link:
+        guids = _codec.GuidGenerator(9)
+        outcome = None
+        for _ in range(50):  # until this thread, not the reader thread, reads an answer
+            guid = guids.generate(1)
+            latch = latches[guid] = _codec.Latch()
+            link.transport.send(_codec.build_put_events(1, guid, [b"x"])[0], 5.0)
+            try:
+                answered = link.transport.wait_for(latch, 1.0)
+            except raised as e:
+                outcome = e
+                break
+            if not answered:
+                outcome = "waited"
+                break
+        if propagates:
+            assert isinstance(outcome, raised)
+        else:
+            assert outcome == "waited"  # nothing raised: it went on waiting for the answer
+        link.transport.join(10.0)
+        assert link.transport.closed and len(link.failures) == 1
+        failure = link.failures[0]
+        if propagates:
+            assert isinstance(failure, ConnectionLost) and "interrupted" in str(failure)
+            assert isinstance(failure.__cause__, raised)
+        else:
+            assert isinstance(failure, ProtocolError)
