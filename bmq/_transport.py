@@ -38,7 +38,6 @@ _recv_now = _codec.recv_now
 _wait_readable = _codec.wait_readable
 _wait_ready = _codec.wait_ready
 _READY_SOCKET = _codec.READY_SOCKET
-_READY_HANDED = _codec.READY_HANDED
 # Where the system has them (Linux), the socket is waited on through an edge-triggered epoll
 # set, which wakes only the thread that waited last: a blocking poster waiting there is woken
 # by its ACK instead of the reader thread (see Transport.wait_for).
@@ -360,21 +359,29 @@ class Transport:
                             self.send_control(_codec.HEARTBEAT_REQ)
                             missed += 1
                     wait = max(0.0, next_check - now)
-                ready = self._wait(wait, woken)
-                if ready & _READY_HANDED:
-                    self._await_reading_poster()
+                if self._lead.locked():
+                    # A poster reads in the reader's place (wait_for). The epoll set wakes the
+                    # thread that entered it last: entering now would take the poster's next
+                    # wake-up (and, once the reader had to wake the poster, every one after it:
+                    # seen under load), or the kick just sent to it. Wait for it to finish, then
+                    # look (it may have left data).
+                    if woken:
+                        _codec.set_latches(woken)
+                    if self._lead.acquire(timeout=min(max(wait, 0.01), 1.0)):
+                        self._lead.release()
+                    ready = _READY_SOCKET
+                else:
+                    # (READY_HANDED: a poster was just kicked; the next turn waits for it.)
+                    ready = self._wait(wait, woken)
                 # A kick (without data) may mean that a thread reading in the reader's place
                 # left data: look.
                 if ready:
-                    handed = False
                     with self._read_lock:
                         # After a large read the broker is likely streaming: read again at once
                         # (waking those answered so far), sparing a wait.
                         while self._read_once(woken) >= _STREAMING_READ:
                             if woken:
-                                handed |= _codec.set_latches(woken)
-                    if handed:
-                        self._await_reading_poster()
+                                _codec.set_latches(woken)
         except BaseException as e:  # noqa: B902 - whatever kills the reader must reach the owner
             self._read_failed(e)
         finally:
@@ -524,13 +531,6 @@ class Transport:
                     raise failure
             if latch in woken or latch.is_set() or len(self._blocked) > 1:
                 return  # answered, or others wait too (see _blocked)
-
-    def _await_reading_poster(self) -> None:
-        """Reader thread: it woke a thread reading in its place through the epoll set. Waiting
-        there now could take that wake-up from it: wait until it is done instead (it returns
-        once it sees its latch set; the bound is only a safety net)."""
-        if self._lead.acquire(timeout=1.0):
-            self._lead.release()
 
     def _read_failed(self, exc: BaseException) -> None:
         """A read or what it handed up failed (on the reader thread or a thread reading in its
