@@ -99,34 +99,55 @@ def set_latches(list woken):
     return bool(kicked)
 
 
+cdef bmq_latch **latch_array(tuple held) except? NULL:
+    """The latches of ``held`` as a PyMem array, to be set without the interpreter lock (NULL
+    when there are none); ``held`` keeps them alive meanwhile: the list they came from may be
+    used by another thread once the lock is released."""
+    cdef Py_ssize_t i, n = len(held)
+    cdef bmq_latch **latches
+    if n == 0:
+        return NULL
+    for item in held:  # checked first: nothing to free on a TypeError
+        if not isinstance(item, Latch):
+            raise TypeError(f"expected a Latch, got {type(item).__name__}")
+    latches = <bmq_latch **>PyMem_Malloc(n * sizeof(bmq_latch *))
+    if latches == NULL:
+        raise MemoryError()
+    for i in range(n):
+        latches[i] = &(<Latch>held[i]).latch
+    return latches
+
+
+cdef int set_array(bmq_latch **latches, Py_ssize_t n) noexcept nogil:
+    """Set every latch; 1 if one wrote its kick descriptor."""
+    cdef Py_ssize_t i
+    cdef int kicked = 0
+    for i in range(n):
+        kicked |= bmq_latch_set(latches[i])
+    return kicked
+
+
 def wait_readable(int fd, double timeout, list woken):
     """Release the interpreter lock, set the :class:`Latch` objects in ``woken``, and wait up
     to ``timeout`` seconds for socket ``fd`` to be readable (or closed, or failed); ``woken`` is
     emptied. True when there is something to read.
     """
-    cdef Py_ssize_t n = len(woken), i
-    cdef bmq_latch **latches = NULL
+    cdef tuple held = tuple(woken)
+    cdef bmq_latch **latches = latch_array(held)
+    cdef Py_ssize_t n = len(held)
     cdef pollfd watched
     cdef double ms = ceil(timeout * 1000.0) if timeout > 0 else 0.0
     cdef int rc
-    if n:
-        latches = <bmq_latch **>PyMem_Malloc(n * sizeof(bmq_latch *))
-        if latches == NULL:
-            raise MemoryError()
-        for i in range(n):
-            latches[i] = &(<Latch?>woken[i]).latch
+    del woken[:]
     watched.fd = fd
     watched.events = POLLIN
     watched.revents = 0
     try:
         with nogil:
-            for i in range(n):
-                bmq_latch_set(latches[i])
+            set_array(latches, n)
             rc = c_poll(&watched, 1, <int>(ms if ms < 2147483647.0 else 2147483647.0))
     finally:
         PyMem_Free(latches)
-        # Only now: the list kept the latches alive while they were being set.
-        del woken[:]
     if rc < 0:
         if errno == EINTR:
             return False
@@ -152,25 +173,16 @@ def wait_ready(int epfd, int sock_fd, double timeout, list woken):
     If setting a latch wrote its kick descriptor, returns READY_HANDED at once without waiting:
     the thread the kick is for waits in this epoll set, and waiting here now could take the
     kick from it (a woken waiter can lose the event to one arriving meanwhile)."""
-    # The tuple keeps the latches alive while they are set: another thread may use the list.
     cdef tuple held = tuple(woken)
+    cdef bmq_latch **latches = latch_array(held)
     cdef Py_ssize_t n = len(held), i
-    cdef bmq_latch **latches = NULL
     cdef double ms = ceil(timeout * 1000.0) if timeout > 0 else 0.0
     cdef int fds[2]
-    cdef int got = 0, ready = 0, kicked = 0
-    if n:
-        latches = <bmq_latch **>PyMem_Malloc(n * sizeof(bmq_latch *))
-        if latches == NULL:
-            raise MemoryError()
-        for i in range(n):
-            latches[i] = &(<Latch?>held[i]).latch
-        del woken[:]
+    cdef int got = 0, ready = 0
+    del woken[:]
     try:
         with nogil:
-            for i in range(n):
-                kicked |= bmq_latch_set(latches[i])
-            if kicked:
+            if set_array(latches, n):
                 ready = _READY_HANDED
             else:
                 got = bmq_epoll_wait(epfd, <int>(ms if ms < 2147483647.0 else 2147483647.0), fds, 2)
