@@ -78,3 +78,24 @@ def test_a_signal_ends_a_blocking_post_in_the_main_thread_and_the_session_goes_o
             interrupter.join(10)
             broker.faults.release_acks()
             assert queue.post(b"after", timeout=10.0).status is bmq.AckStatus.SUCCESS
+
+
+def test_without_epoll_the_reader_thread_reads_everything(broker, monkeypatch):
+    """Where epoll or eventfd is missing (macOS, Python 3.9) blocking posts wait on their
+    latch and the reader thread reads, with poll: every way of posting and consuming works."""
+    from bmq import _transport
+
+    monkeypatch.setattr(_transport, "_EPOLL", False)
+    uri = fresh()
+    with bmq.Session(broker.address, options()) as session, bmq.Session(broker.address) as consumer:
+        queue = session.open_queue(uri, write=True)
+        assert session._conn.transport._epoll is None
+        assert all(queue.post(b"one %d" % i).status is bmq.AckStatus.SUCCESS for i in range(50))
+        assert len(queue.post_many([b"many"] * 200)) == 200
+        futures = [queue.post_async(b"async") for _ in range(100)]
+        assert all(future.result(10).status is bmq.AckStatus.SUCCESS for future in futures)
+        reader = consumer.open_queue(uri, read=True)
+        for _ in range(350):
+            message = reader.get(timeout=10.0)
+            assert message is not None
+            message.confirm()

@@ -163,8 +163,12 @@ def test_a_thread_alone_waiting_reads_its_answer_itself():
         assert not link.failures
 
 
-def test_answers_to_many_waiting_threads_go_up_once_and_in_order():
+@pytest.mark.parametrize("epoll", [True, False], ids=["epoll", "poll"])
+def test_answers_to_many_waiting_threads_go_up_once_and_in_order(monkeypatch, epoll):
+    """Also without epoll (macOS, Python 3.9): the reader thread alone reads, with poll."""
+    monkeypatch.setattr(_transport, "_EPOLL", epoll and _transport._EPOLL)
     with _Link() as link:
+        assert (link.transport._epoll is not None) == (epoll and _transport._EPOLL)
         guids = _codec.GuidGenerator(6)
         sent: List[bytes] = []
         sending = threading.Lock()  # the peer answers in the order PUTs were written
