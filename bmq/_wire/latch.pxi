@@ -17,8 +17,6 @@ cdef extern from "bmq_latch.h" nogil:
     int bmq_latch_set(bmq_latch *latch)
     int bmq_latch_wait(bmq_latch *latch, double seconds)
     int bmq_latch_kick_to(bmq_latch *latch, int kick_fd)
-
-cdef extern from "bmq_latch.h" nogil:
     int bmq_epoll_wait(int epfd, int timeout_ms, int *fds, int max_fds)
     int bmq_kick(int fd)
     void bmq_drain(int fd)
