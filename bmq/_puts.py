@@ -53,8 +53,12 @@ OnAck = Optional[Callable[[Ack], None]]
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
-def _payload_list(payloads: Sequence[Any], single: bool) -> List[bytes]:
-    """The payloads as a new list of immutable bytes (they are kept for re-sending).
+def _payload_tuple(payloads: Sequence[Any], single: bool) -> Tuple[bytes, ...]:
+    """The payloads as a tuple of immutable bytes (they are kept for re-sending).
+
+    A tuple, not a list: a tuple of bytes leaves the garbage collector's tracking at its first
+    collection, and a post's payloads live until its ACK (a list per post_async() made the
+    collector's passes cost as much as the rest of the post).
 
     Raises:
         ArgumentTypeError: a payload that is not bytes-like (``bytes(5)`` would silently make five
@@ -62,16 +66,17 @@ def _payload_list(payloads: Sequence[Any], single: bool) -> List[bytes]:
         InvalidArgumentError: an empty payload.
     """
     if len(payloads) == 1 and type(payloads[0]) is bytes and payloads[0]:  # a single post's
-        return [payloads[0]]
+        return (payloads[0],)
     if set(map(type, payloads)) <= {bytes}:  # the common case, checked at C speed
-        result = list(payloads)
+        result = tuple(payloads)
     else:
-        result = []
+        converted = []
         for i, p in enumerate(payloads):
             if not isinstance(p, _BYTES_LIKE):
                 name = "data" if single else f"payloads[{i}]"
                 raise ArgumentTypeError(f"{name} must be bytes, bytearray or memoryview, not {type(p).__name__}")
-            result.append(p if type(p) is bytes else bytes(p))
+            converted.append(p if type(p) is bytes else bytes(p))
+        result = tuple(converted)
     if not all(result):
         name = "data" if single else f"payloads[{result.index(b'')}]"
         raise InvalidArgumentError(f"{name} is empty: BlazingMQ messages need a payload")
@@ -80,8 +85,6 @@ def _payload_list(payloads: Sequence[Any], single: bool) -> List[bytes]:
 
 def _encode_properties(properties: Any, property_types: Any, count: int, new_style: bool) -> Any:
     """One encoded area for every message (a mapping or None), or a list of one per message."""
-    if properties is None and property_types is None:
-        return None
     if properties is None or isinstance(properties, Mapping):
         return _properties.encode(properties, property_types, new_style)
     areas = _properties.encode_each(list(properties), property_types, new_style)
@@ -101,7 +104,8 @@ class Batch:
     __slots__ = ("queue", "keys", "payloads", "properties", "new_style", "compression", "deadline", "on_ack",
                  "futures", "acks", "cursor", "_index", "remaining", "finished", "trace", "_await")
 
-    def __init__(self, queue: "Queue", keys: List[bytes], payloads: List[Any], properties: Sequence[Optional[bytes]],
+    def __init__(self, queue: "Queue", keys: Sequence[bytes], payloads: Sequence[bytes],
+                 properties: Sequence[Optional[bytes]],
                  new_style: bool, compression: int, deadline: float, on_ack: OnAck, asynchronous: bool,
                  trace: Optional["SendTrace"] = None,
                  await_answer: Optional[Callable[[_codec.Latch, float], bool]] = None) -> None:
@@ -215,9 +219,10 @@ class PendingPuts:
                 GUIDs (nothing sent). OutboxError: the outbox could not record them (nothing
                 sent); and what :meth:`track_and_send` raises.
         """
-        payloads = _payload_list(payloads, single)
+        payloads = _payload_tuple(payloads, single)
         count = len(payloads)
-        properties = _encode_properties(properties, property_types, count, new_style)
+        if properties is not None or property_types is not None:
+            properties = _encode_properties(properties, property_types, count, new_style)
         caller_guids = guids is not None
         if guids is None:
             guids = generator.generate(count) if count else b""
@@ -225,7 +230,7 @@ class PendingPuts:
             raise InvalidArgumentError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
         events = _codec.build_put_events(queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED,
                                          compression=compression, new_style_properties=new_style)
-        per_message = properties if isinstance(properties, list) else [properties] * count
+        per_message = properties if isinstance(properties, list) else (properties,) * count  # (see _payload_tuple)
         if self._outbox is not None:
             self._outbox.append([
                 OutboxRecord(guids[16 * i:16 * i + 16], queue.uri, payload, props, new_style, compression)
@@ -253,7 +258,7 @@ class PendingPuts:
         self,
         queue: "Queue",
         guids: bytes,
-        payloads: List[Any],
+        payloads: Sequence[bytes],
         properties: Sequence[Optional[bytes]],
         new_style: bool,
         compression: int,
@@ -276,14 +281,14 @@ class PendingPuts:
         """
         count = len(payloads)
         data = events[0] if len(events) == 1 else b"".join(events)
-        keys = [guids] if count == 1 else _codec.split_guids(guids)
+        keys = (guids,) if count == 1 else _codec.split_guids(guids)
         batch = Batch(queue, keys, payloads, properties, new_style, compression,
                       time.monotonic() + self._options.ack_timeout, on_ack, asynchronous, trace,
                       # One message's answer comes in one read, which the waiting thread can make
                       # itself; many come in many reads, each then waking it rather than the reader
                       # (post_many of 1,000: 0.65-0.74 -> 0.93-0.97 us of client CPU per message).
                       self._await_answer if count == 1 else None)
-        size = sum(map(len, payloads))
+        size = len(payloads[0]) if count == 1 else sum(map(len, payloads))
         if caller_guids and len(set(keys)) != count:
             raise InvalidArgumentError("the same GUID appears twice in one post")
         with self._lock:
@@ -334,7 +339,7 @@ class PendingPuts:
         if self._closed:
             raise SessionClosedError("the session stopped")
 
-    def _unrecord(self, keys: List[bytes]) -> None:
+    def _unrecord(self, keys: Sequence[bytes]) -> None:
         with self._lock:
             for key in keys:
                 batch = self._pending.pop(key, None)
