@@ -4,20 +4,67 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import queue as _stdqueue
 import threading
+import time
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, RUNNING
 from typing import Any, Callable, Deque, Iterable, List, Optional
 
 from . import events as ev
 
-__all__ = ["Dispatcher", "EventQueue", "new_futures", "resolve_future", "resolve_futures", "fail_future"]
+__all__ = ["Dispatcher", "EventQueue", "FutureLatch", "new_futures", "resolve_future", "resolve_futures", "fail_future"]
 
 logger = logging.getLogger(__name__)
 
 _STOP = object()
 _DONE_STATES = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
+# How long a post future's result() may read in the reader's place when given no timeout (it
+# then goes on waiting on its condition): Transport.wait_for takes seconds.
+_READ_FOREVER = 1e9
+
+# How a thread waiting for a post's answer waits while reading the socket in the reader
+# thread's place where the connection lets it: PendingPuts.await_answer(latch, timeout).
+AwaitAnswer = Callable[[Any, float], bool]
+
+
+class _KickingCondition(threading.Condition):
+    """The condition of post futures. While a thread waiting for one of them waits for the
+    socket in the reader thread's place (see :class:`FutureLatch`), ``notify_all`` also writes
+    the eventfd ``kick_fd`` in that epoll set, so that a future resolved by another thread (the
+    reader thread, an ACK timeout, the session stopping) wakes it there."""
+
+    kick_fd = -1  # set and read under the condition's lock
+
+    def notify_all(self) -> None:
+        super().notify_all()
+        if self.kick_fd >= 0:
+            os.eventfd_write(self.kick_fd, 1)
+
+
+class FutureLatch:
+    """A post future as :meth:`bmq._transport.Transport.wait_for` waits for a latch: set once
+    the future is done; ``kick_to`` registers the eventfd with the future's condition.
+    ``wait`` does not wait: the future waits on its condition after ``wait_for`` returns."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: "_SharedConditionFuture") -> None:
+        self._future = future
+
+    def kick_to(self, kick_fd: int) -> bool:
+        """From now on resolving the future writes ``kick_fd`` (-1: stop); True if done already."""
+        condition = self._future._condition
+        with condition:
+            condition.kick_fd = kick_fd  # type: ignore[attr-defined]
+            return self.is_set()
+
+    def is_set(self) -> bool:
+        return self._future._state in _DONE_STATES  # type: ignore[attr-defined]
+
+    def wait(self, timeout: float) -> bool:
+        return self.is_set()
 
 
 class _SharedConditionFuture(Future):  # type: ignore[type-arg]
@@ -29,10 +76,20 @@ class _SharedConditionFuture(Future):  # type: ignore[type-arg]
     Sharing one per batch is safe because :meth:`result` and :meth:`exception` here re-check
     their own state after every wake-up; ``concurrent.futures.wait`` / ``as_completed``
     work unchanged (the shared lock is re-entrant).
+
+    Given ``await_answer``, :meth:`result` and :meth:`exception` wait through it first: on
+    Linux a thread alone waiting for the session's answers reads the socket itself, so the ACK
+    wakes it rather than the reader thread, which would then have to wake it (see
+    Transport.wait_for). ``concurrent.futures.wait`` and ``as_completed`` do not read.
     """
 
-    def __init__(self, condition: threading.Condition) -> None:  # Future.__init__ not called: it would make a Condition
+    _await_answer: Optional[AwaitAnswer] = None
+
+    def __init__(self, condition: threading.Condition, await_answer: Optional[AwaitAnswer] = None) -> None:
+        # Future.__init__ is not called: it would make a Condition.
         self._condition = condition
+        if await_answer is not None:
+            self._await_answer = await_answer
         # Born running, as new_futures promises; nobody else holds it yet, so no notify.
         self._state = RUNNING
         self._result = None
@@ -41,6 +98,13 @@ class _SharedConditionFuture(Future):  # type: ignore[type-arg]
         self._done_callbacks: List[Any] = []
 
     def _wait_done(self, timeout: Optional[float]) -> None:
+        if self._state in _DONE_STATES:
+            return
+        if self._await_answer is not None:
+            started = time.monotonic()
+            self._await_answer(FutureLatch(self), _READ_FOREVER if timeout is None else timeout)
+            if timeout is not None:
+                timeout = max(0.0, timeout - (time.monotonic() - started))
         with self._condition:
             self._condition.wait_for(lambda: self._state in _DONE_STATES, timeout)
 
@@ -55,17 +119,18 @@ class _SharedConditionFuture(Future):  # type: ignore[type-arg]
         return super().exception(0)
 
 
-def new_futures(count: int) -> "List[Future[Any]]":
-    """``count`` fresh futures in the RUNNING state (the single place futures for posts are made).
+def new_futures(count: int, await_answer: Optional[AwaitAnswer] = None) -> "List[Future[Any]]":
+    """``count`` fresh futures in the RUNNING state (the single place futures for posts are made);
+    their waits go through ``await_answer`` when given (see :class:`_SharedConditionFuture`).
 
     A post is on its way once accepted, so its future cannot be cancelled (``cancel()``
     returns False); a cancellable one would also never be noticed by
     ``concurrent.futures.wait`` because nothing would call ``set_running_or_notify_cancel``.
     """
     if count == 1:
-        return [_SharedConditionFuture(_thread_condition())]
-    condition = threading.Condition()
-    return [_SharedConditionFuture(condition) for _ in range(count)]
+        return [_SharedConditionFuture(_thread_condition(), await_answer)]
+    condition = _KickingCondition()
+    return [_SharedConditionFuture(condition, await_answer) for _ in range(count)]
 
 
 _per_thread = threading.local()
@@ -81,7 +146,7 @@ def _thread_condition() -> threading.Condition:
     try:
         condition: threading.Condition = _per_thread.condition
     except AttributeError:
-        condition = _per_thread.condition = threading.Condition()
+        condition = _per_thread.condition = _KickingCondition()
     return condition
 
 

@@ -19,7 +19,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import _codec, _properties
-from ._dispatch import new_futures, resolve_futures
+from ._dispatch import AwaitAnswer, new_futures, resolve_futures
 from ._outbox import OutboxRecord
 from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus, QueueState
 from .exceptions import (
@@ -98,7 +98,8 @@ class Batch:
 
     Messages share one object, so the table holds no per-message Python object (many live
     objects make the garbage collector expensive). A blocking caller waits on ``finished``
-    and reads ``acks``; an asynchronous one gets ``futures``.
+    and reads ``acks``; an asynchronous one gets ``futures``. ``await_answer`` (given for one
+    message) is how either waits: reading the socket itself where it can.
     """
 
     __slots__ = ("queue", "keys", "payloads", "properties", "new_style", "compression", "deadline", "on_ack",
@@ -108,7 +109,7 @@ class Batch:
                  properties: Sequence[Optional[bytes]],
                  new_style: bool, compression: int, deadline: float, on_ack: OnAck, asynchronous: bool,
                  trace: Optional["SendTrace"] = None,
-                 await_answer: Optional[Callable[[_codec.Latch, float], bool]] = None) -> None:
+                 await_answer: Optional[AwaitAnswer] = None) -> None:
         count = len(keys)
         self.queue = queue
         self.keys = keys  # the GUIDs, in order
@@ -119,7 +120,7 @@ class Batch:
         self.compression = compression
         self.deadline = deadline
         self.on_ack = on_ack
-        self.futures: "Optional[List[Future[Ack]]]" = new_futures(count) if asynchronous else None
+        self.futures: "Optional[List[Future[Ack]]]" = new_futures(count, await_answer) if asynchronous else None
         self.acks: List[Optional[Ack]] = [None] * count
         # Answers mostly come in order: the first unanswered position is tried before an index
         # of the GUIDs, made only if one comes out of order. While all came in order, the
@@ -179,19 +180,19 @@ class PendingPuts:
         self._bytes = 0
         self._transport: Optional["Transport"] = None  # None while the state is not restored
         self._closed = False
-        self._await_answer = self.await_answer  # made once: every blocking post keeps it
+        self._await_answer = self.await_answer  # made once: every one-message post keeps it
 
     def __len__(self) -> int:
         return len(self._pending)
 
-    def await_answer(self, finished: _codec.Latch, timeout: float) -> bool:
-        """Wait up to ``timeout`` for a blocking post's latch (one message), through the
-        connection's transport while there is one (it may read the socket meanwhile:
-        Transport.wait_for)."""
+    def await_answer(self, answer: Any, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a one-message post's answer: a blocking post's latch, or
+        a post future (:class:`FutureLatch`), through the connection's transport while there is
+        one (it may read the socket meanwhile: Transport.wait_for)."""
         transport = self._transport
         if transport is None:
-            return bool(finished.wait(timeout))
-        return transport.wait_for(finished, timeout)
+            return bool(answer.wait(timeout))
+        return transport.wait_for(answer, timeout)
 
     def outbox_size(self) -> int:
         """Messages in the durable outbox (0 without one)."""

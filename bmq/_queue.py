@@ -152,9 +152,12 @@ class Queue:
         """Post one message; return at once with a future of its :class:`Ack`.
 
         The future resolves on the thread reading the socket (the session's reader thread,
-        or a thread waiting in :meth:`post` that reads in its place): a callback added with
+        or on Linux a thread alone waiting in :meth:`post` or in such a future's ``result()``,
+        which reads in its place: its answer then wakes it directly): a callback added with
         ``add_done_callback`` must not block; ``on_ack`` runs on the dispatcher thread and
-        may call any session method.
+        may call any session method. A signal handler's exception (Ctrl-C) raised while
+        ``result()`` reads in the main thread drops the connection, as during :meth:`post`:
+        the session reconnects and re-sends what is unanswered, with the same GUIDs.
 
         Args:
             data: the payload (not empty, at most 64 MiB).

@@ -18,7 +18,7 @@ import select
 import socket
 import threading
 import time
-from typing import Callable, Deque, List, Optional, Tuple
+from typing import Callable, Deque, List, Optional, Protocol, Tuple
 
 from . import _codec
 from .exceptions import BandwidthLimitError, ConnectionError, ConnectionLost, Error, InvalidURIError
@@ -55,6 +55,17 @@ _HEARTBEAT_RSP_TYPE = _codec.EVENT_HEARTBEAT_RSP
 _counter = itertools.count(1)
 
 EventHandler = Callable[[int, List[bytes]], Optional[List[_codec.Latch]]]
+
+
+class Answer(Protocol):
+    """What :meth:`Transport.wait_for` waits for: a :class:`bmq._codec.Latch` (a blocking post)
+    or a :class:`bmq._dispatch.FutureLatch` (a post future's ``result()``)."""
+
+    def kick_to(self, kick_fd: int) -> bool: ...
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float) -> bool: ...
 FailureHandler = Callable[[BaseException], None]
 
 
@@ -137,6 +148,7 @@ class Transport:
         # wakes them as it releases the interpreter lock, which a reading poster returning
         # to its caller could not do.
         self._blocked: List[None] = []
+        self._reader_ident: Optional[int] = None  # reading in its own place would deadlock
         self._frames = _codec.FrameReader()
         # One reusable buffer: recv() would allocate (and the allocator map) 1 MiB per call.
         self._buffer = bytearray(_RECV_SIZE)
@@ -334,6 +346,7 @@ class Transport:
 
     # ---- reading ------------------------------------------------------------------
     def _read_loop(self) -> None:
+        self._reader_ident = threading.get_ident()
         sock = self._sock
         assert sock is not None
         missed = 0
@@ -459,10 +472,12 @@ class Transport:
                 woken += latches
         return size
 
-    def wait_for(self, latch: _codec.Latch, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for ``latch`` (a blocking post's answer); True once set.
+    def wait_for(self, latch: Answer, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for ``latch`` (a blocking post's answer, or a post
+        future's: see :class:`Answer`); True once set.
 
-        Unless another thread waits too, the caller reads the socket meanwhile in the reader
+        Unless another thread waits too (or the caller is the reader thread, in a callback run
+        as it hands up events), the caller reads the socket meanwhile in the reader
         thread's place: the epoll set wakes only the thread that waited last, so the ACK wakes
         this thread, not the reader thread that would then have to wake it (one context switch
         per post instead of two or three, each several microseconds). Events go up under
@@ -477,7 +492,8 @@ class Transport:
         blocked = self._blocked
         blocked.append(None)
         try:
-            if self._epoll is None or len(blocked) > 1 or not self._lead.acquire(blocking=False):
+            if (self._epoll is None or len(blocked) > 1 or threading.get_ident() == self._reader_ident
+                    or not self._lead.acquire(blocking=False)):
                 return bool(latch.wait(timeout))
             deadline = time.monotonic() + timeout
             woken: List[_codec.Latch] = []
@@ -492,7 +508,7 @@ class Transport:
         finally:
             blocked.pop()
 
-    def _read_until(self, latch: _codec.Latch, deadline: float, woken: List[_codec.Latch]) -> None:
+    def _read_until(self, latch: Answer, deadline: float, woken: List[_codec.Latch]) -> None:
         """Caller holds _lead: read in the reader thread's place until ``latch`` is answered."""
         assert self._epoll is not None
         epoll_fd = self._epoll.fileno()
@@ -508,7 +524,7 @@ class Transport:
                         return
                     try:
                         while self._read_once(woken) >= _STREAMING_READ:
-                            if latch in woken or len(self._blocked) > 1:
+                            if latch in woken or latch.is_set() or len(self._blocked) > 1:
                                 # Answered (or no longer alone) amid a stream: more may be
                                 # waiting, and no new edge comes for it: the reader reads on.
                                 os.eventfd_write(self._kick, 1)

@@ -1,5 +1,5 @@
-"""A blocking post that is the only one waiting reads the socket in the reader thread's place
-(Linux: see Transport.wait_for). What it reads, and what it fails to read, must reach the
+"""A blocking post (or a post future's result()) that is the only one waiting reads the socket
+in the reader thread's place (Linux: see Transport.wait_for). What it reads, and what it fails to read, must reach the
 session exactly as if the reader thread had read it; whatever ends its wait must end it
 promptly."""
 from __future__ import annotations
@@ -78,6 +78,61 @@ def test_a_signal_ends_a_blocking_post_in_the_main_thread_and_the_session_goes_o
             interrupter.join(10)
             broker.faults.release_acks()
             assert queue.post(b"after", timeout=10.0).status is bmq.AckStatus.SUCCESS
+
+
+def test_an_ack_timeout_ends_a_post_futures_wait_in_the_main_thread(broker):
+    """The expiry settles the future on another thread while this one waits for the socket
+    (the wake-up itself: test_transport_reads; here the broker's heartbeats would wake it too)."""
+    with bmq.Session(broker.address, options(ack_timeout=0.5)) as session:
+        queue = session.open_queue(fresh(), write=True)
+        assert queue.post_async(b"answered").result(10).status is bmq.AckStatus.SUCCESS
+        broker.faults.withhold_acks()
+        future = queue.post_async(b"never answered")
+        assert future.result(30).status is bmq.AckStatus.TIMEOUT
+        broker.faults.release_acks()
+
+
+def test_stopping_the_session_ends_a_post_futures_wait_promptly(broker):
+    session = bmq.Session(broker.address, options())
+    uri = fresh()
+    queue = session.open_queue(uri, write=True)
+    broker.faults.withhold_acks()
+    future = queue.post_async(b"never answered")
+
+    def stop_once_stored() -> None:
+        if broker.wait_for(lambda: len(broker.queue_messages(uri)) == 1, 10):
+            session.stop()
+
+    stopper = threading.Thread(target=stop_once_stored)
+    stopper.start()
+    assert future.result(30).status is bmq.AckStatus.NOT_CONNECTED  # well within its timeout
+    stopper.join(10)
+
+
+def test_a_signal_ends_a_post_futures_wait_in_the_main_thread_and_the_session_goes_on(broker):
+    with sigusr1_raises():
+        with bmq.Session(broker.address, options()) as session:
+            uri = fresh()
+            queue = session.open_queue(uri, write=True)
+            broker.faults.withhold_acks()
+            reading = session._conn.transport._lead  # held by a thread reading in the reader's place
+
+            def interrupt_once_waiting() -> None:
+                if broker.wait_for(lambda: len(broker.queue_messages(uri)) == 1 and reading.locked(), 10):
+                    signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+
+            interrupter = threading.Thread(target=interrupt_once_waiting)
+            interrupter.start()
+            future = queue.post_async(b"interrupted")
+            with pytest.raises(Interrupted):
+                future.result(30)
+            interrupter.join(10)
+            broker.faults.release_acks()
+            # The connection was dropped (the signal came while this thread read): re-sent with
+            # its GUID once the session reconnected, and stored once.
+            assert future.result(10).status is bmq.AckStatus.SUCCESS
+            assert queue.post_async(b"after").result(10).status is bmq.AckStatus.SUCCESS
+            assert len(broker.queue_messages(uri)) == 2
 
 
 def test_without_epoll_the_reader_thread_reads_everything(broker, monkeypatch):

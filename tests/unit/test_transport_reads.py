@@ -7,12 +7,14 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
 from bmq import _codec
 from bmq import _transport
+from bmq._dispatch import new_futures, resolve_futures
 from bmq._transport import Transport
 from bmq.exceptions import ConnectionLost, ProtocolError
 
@@ -161,6 +163,77 @@ def test_a_thread_alone_waiting_reads_its_answer_itself():
         # this thread reaches its wait, so not necessarily every one.
         assert sum(name == me for name, _ in link.seen) >= 10
         assert not link.failures
+
+
+@needs_epoll
+def test_a_thread_alone_waiting_for_a_post_future_reads_its_answer_itself():
+    """A post future's result() waits as a blocking post does (the future is resolved as its
+    answer is handed up, by whichever thread reads it)."""
+    futures: Dict[bytes, Any] = {}
+    readers: List[str] = []
+
+    def on_events(event_type: int, events: List[bytes]) -> List[_codec.Latch]:
+        for event in events:
+            for status, _, guid, _ in _codec.iter_acks(event):
+                readers.append(threading.current_thread().name)
+                resolve_futures([futures.pop(guid)], [status])
+        return []
+
+    with _Link(_PeerProcess(), on_events=on_events) as link:
+        guids = _codec.GuidGenerator(10)
+        for _ in range(50):
+            guid = guids.generate(1)
+            future = futures[guid] = new_futures(1, link.transport.wait_for)[0]
+            link.transport.send(_codec.build_put_events(1, guid, [b"x"])[0], 5.0)
+            assert future.result(10.0) == 0
+        assert len(readers) == 50 and not futures
+        # As for a blocking post: not necessarily every one on a loaded machine.
+        assert readers.count(threading.current_thread().name) >= 10
+        assert not link.failures
+
+
+@needs_epoll
+def test_a_post_future_resolved_by_another_thread_wakes_the_thread_reading_for_it(monkeypatch):
+    """The thread waiting in result() waits for the socket, not on the future's condition:
+    resolving the future elsewhere (an ACK timeout, the session stopping) must wake it there.
+    With its periodic look (at signals) pushed beyond the test's timeouts, a missed wake-up
+    would hold result() until its own timeout."""
+    monkeypatch.setattr(_transport, "_LEAD_SLICE", 600.0)
+    with _Link(on_events=lambda event_type, events: []) as link:
+        for _ in range(20):
+            future = new_futures(1, link.transport.wait_for)[0]
+            # Resolved soon, most often while the main thread waits for the socket; sooner
+            # (kick_to finds it done) or later, it must return at once.
+            resolver = threading.Timer(0.05, resolve_futures, ([future], ["answered"]))
+            resolver.start()
+            started = time.monotonic()
+            assert future.result(30.0) == "answered"
+            assert time.monotonic() - started < 15.0  # not the 30 s timeout: woken
+            resolver.join(10)
+        assert not link.failures
+
+
+def test_the_reader_thread_waiting_for_an_answer_does_not_read_in_its_own_place():
+    """A callback run on the reader thread as it hands up events (a future's done-callback)
+    that waits for another answer must not try to read for it: the reader holds the read
+    lock, and nobody else would read. It waits as anyone else would, up to its timeout."""
+    waited: List[Any] = []
+    latch = _codec.Latch()
+    guids = _codec.GuidGenerator(11)
+
+    def on_events(event_type: int, events: List[bytes]) -> List[_codec.Latch]:
+        if not waited:
+            # An answer comes while it waits: reading it here would wait for the read lock.
+            link.transport.send(_codec.build_put_events(1, guids.generate(1), [b"x"])[0], 5.0)
+            waited.append(link.transport.wait_for(_codec.Latch(), 1.0))  # never set
+        else:
+            latch.set()
+        return []
+
+    with _Link(on_events=on_events) as link:
+        link.transport.send(_codec.build_put_events(1, guids.generate(1), [b"x"])[0], 5.0)
+        assert latch.wait(20.0)  # and the reader read on
+        assert waited == [False] and not link.failures
 
 
 @pytest.mark.parametrize("epoll", [True, False], ids=["epoll", "poll"])
