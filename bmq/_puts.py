@@ -176,6 +176,9 @@ class PendingPuts:
         self._outbox = outbox
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
+        # Threads waiting on _room (for memory, or in flush): Condition.notify_all is Python
+        # code, ~1 us, which answers would otherwise pay per read with nobody to wake.
+        self._room_waiters = 0
         self._pending: Dict[bytes, Batch] = {}
         self._bytes = 0
         self._transport: Optional["Transport"] = None  # None while the state is not restored
@@ -336,9 +339,17 @@ class PendingPuts:
                 raise BandwidthLimitError(
                     f"{self._bytes} bytes of messages await acknowledgement (limit {limit}) after {timeout:g} s"
                 )
-            self._room.wait(remaining)
+            self._wait_on_room(remaining)
         if self._closed:
             raise SessionClosedError("the session stopped")
+
+    def _wait_on_room(self, timeout: float) -> None:
+        """Caller holds the lock: wait up to ``timeout`` for answers or removals."""
+        self._room_waiters += 1
+        try:
+            self._room.wait(timeout)
+        finally:
+            self._room_waiters -= 1
 
     def _unrecord(self, keys: Sequence[bytes]) -> None:
         with self._lock:
@@ -404,7 +415,7 @@ class PendingPuts:
                 self._settle_run(batch, keys, list(map(_status_of, acked)), answered, settled, guids)
             else:
                 self._settle_each(acked, answered, settled, guids)
-            if len(self._pending) < before:  # room for posters waiting on max_pending_bytes
+            if self._room_waiters and len(self._pending) < before:  # room for posters, or flush()
                 self._room.notify_all()
         if guids:
             self._outbox.remove(guids)  # type: ignore[union-attr]
@@ -521,7 +532,7 @@ class PendingPuts:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     break
-                self._room.wait(remaining if remaining is not None else 1.0)
+                self._wait_on_room(remaining if remaining is not None else 1.0)
             return len(self._pending)
 
     # ---- connection changes -------------------------------------------------------------
