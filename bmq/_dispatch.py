@@ -40,7 +40,10 @@ class _KickingCondition(threading.Condition):
     def notify_all(self) -> None:
         super().notify_all()
         if self.kick_fd >= 0:
-            os.eventfd_write(self.kick_fd, 1)
+            try:
+                os.eventfd_write(self.kick_fd, 1)
+            except OSError:  # closed by its transport, whose reader gave up waiting for the waiter
+                pass  # the waiter looks at its future after every read, then waits on this condition
 
 
 class FutureLatch:
