@@ -14,7 +14,7 @@ from typing import Any, Callable, Deque, Iterable, List, Optional
 
 from . import events as ev
 
-__all__ = ["Dispatcher", "EventQueue", "FutureLatch", "new_futures", "resolve_future", "resolve_futures", "fail_future"]
+__all__ = ["Dispatcher", "EventQueue", "new_futures", "resolve_future", "resolve_futures", "fail_future"]
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._telemetry import SendTrace
     from ._outbox import Outbox
     from ._queue import Queue
-    from ._transport import Transport
+    from ._transport import Answer, Transport
 
 __all__ = ["Batch", "PendingPuts"]
 
@@ -188,7 +188,7 @@ class PendingPuts:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def await_answer(self, answer: Any, timeout: float) -> bool:
+    def await_answer(self, answer: "Answer", timeout: float) -> bool:
         """Wait up to ``timeout`` for a one-message post's answer: a blocking post's latch, or
         a post future (:class:`FutureLatch`), through the connection's transport while there is
         one (it may read the socket meanwhile: Transport.wait_for)."""
@@ -288,9 +288,10 @@ class PendingPuts:
         keys = (guids,) if count == 1 else _codec.split_guids(guids)
         batch = Batch(queue, keys, payloads, properties, new_style, compression,
                       time.monotonic() + self._options.ack_timeout, on_ack, asynchronous, trace,
-                      # One message's answer comes in one read, which the waiting thread can make
-                      # itself; many come in many reads, each then waking it rather than the reader
-                      # (post_many of 1,000: 0.65-0.74 -> 0.93-0.97 us of client CPU per message).
+                      # One message's answer comes in one read, which the waiting thread (in post()
+                      # or in its future's result()) can make itself; many come in many reads, each
+                      # then waking it rather than the reader (post_many of 1,000: 0.65-0.74 ->
+                      # 0.93-0.97 us of client CPU per message).
                       self._await_answer if count == 1 else None)
         size = len(payloads[0]) if count == 1 else sum(map(len, payloads))
         if caller_guids and len(set(keys)) != count:
