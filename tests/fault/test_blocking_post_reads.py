@@ -60,26 +60,6 @@ def test_stopping_the_session_ends_a_waiting_blocking_post_promptly(broker):
     assert raised.value.acks[0].status is bmq.AckStatus.NOT_CONNECTED
 
 
-def test_a_signal_ends_a_blocking_post_in_the_main_thread_and_the_session_goes_on(broker):
-    with sigusr1_raises():
-        with bmq.Session(broker.address, options()) as session:
-            uri = fresh()
-            queue = session.open_queue(uri, write=True)
-            broker.faults.withhold_acks()
-
-            def interrupt_once_stored() -> None:
-                if broker.wait_for(lambda: len(broker.queue_messages(uri)) == 1, 10):
-                    signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
-
-            interrupter = threading.Thread(target=interrupt_once_stored)
-            interrupter.start()
-            with pytest.raises(Interrupted):
-                queue.post(b"interrupted", timeout=30.0)
-            interrupter.join(10)
-            broker.faults.release_acks()
-            assert queue.post(b"after", timeout=10.0).status is bmq.AckStatus.SUCCESS
-
-
 def test_an_ack_timeout_ends_a_post_futures_wait_in_the_main_thread(broker):
     """The expiry settles the future on another thread while this one waits for the socket
     (the wake-up itself: test_transport_reads; here the broker's heartbeats would wake it too)."""
@@ -109,7 +89,10 @@ def test_stopping_the_session_ends_a_post_futures_wait_promptly(broker):
     stopper.join(10)
 
 
-def test_a_signal_ends_a_post_futures_wait_in_the_main_thread_and_the_session_goes_on(broker):
+@pytest.mark.parametrize("wait", ["post", "future"])
+def test_a_signal_ends_a_wait_for_an_ack_in_the_main_thread_and_the_session_goes_on(broker, wait):
+    """A blocking post, or a post future's result(), reading in the reader's place when a
+    signal handler raises: the connection is dropped, the message re-sent with its GUID."""
     with sigusr1_raises():
         with bmq.Session(broker.address, options()) as session:
             uri = fresh()
@@ -123,15 +106,18 @@ def test_a_signal_ends_a_post_futures_wait_in_the_main_thread_and_the_session_go
 
             interrupter = threading.Thread(target=interrupt_once_waiting)
             interrupter.start()
-            future = queue.post_async(b"interrupted")
+            future = queue.post_async(b"interrupted") if wait == "future" else None
             with pytest.raises(Interrupted):
-                future.result(30)
+                if future is None:
+                    queue.post(b"interrupted", timeout=30.0)
+                else:
+                    future.result(30)
             interrupter.join(10)
             broker.faults.release_acks()
-            # The connection was dropped (the signal came while this thread read): re-sent with
-            # its GUID once the session reconnected, and stored once.
-            assert future.result(10).status is bmq.AckStatus.SUCCESS
-            assert queue.post_async(b"after").result(10).status is bmq.AckStatus.SUCCESS
+            if future is not None:
+                assert future.result(10).status is bmq.AckStatus.SUCCESS
+            assert queue.post(b"after", timeout=10.0).status is bmq.AckStatus.SUCCESS
+            # Re-sent with its GUID once the session reconnected: stored once.
             assert len(broker.queue_messages(uri)) == 2
 
 
