@@ -248,6 +248,7 @@ def wait_readable(fd: int, timeout: float, woken: list[Latch]) -> bool:
 def set_latches(woken: list[Latch]) -> bool:
     """Set and remove every latch of ``woken``; True if one wrote its kick descriptor."""
 
+SIGNAL_CHECK_SECONDS: Final[float]  # how often a waiting thread looks at signals
 READY_SOCKET: Final[int]
 READY_KICKED: Final[int]
 READY_HANDED: Final[int]

@@ -43,7 +43,7 @@ _READY_SOCKET = _codec.READY_SOCKET
 # by its ACK instead of the reader thread (see Transport.wait_for).
 _EPOLL = hasattr(select, "epoll") and hasattr(os, "eventfd")
 # A thread reading in the reader's place looks at signals and at the transport this often.
-_LEAD_SLICE = 0.05
+_LEAD_SLICE = _codec.SIGNAL_CHECK_SECONDS
 # A coalescing send within this many seconds of the previous direct write goes to the writer
 # thread: a stream of post_async() calls or confirms becomes few socket writes (one syscall costs
 # more than building a small PUT), while the first of a burst is still written at once.
@@ -55,6 +55,7 @@ _HEARTBEAT_RSP_TYPE = _codec.EVENT_HEARTBEAT_RSP
 _counter = itertools.count(1)
 
 EventHandler = Callable[[int, List[bytes]], Optional[List[_codec.Latch]]]
+FailureHandler = Callable[[BaseException], None]
 
 
 class Answer(Protocol):
@@ -66,7 +67,6 @@ class Answer(Protocol):
     def is_set(self) -> bool: ...
 
     def wait(self, timeout: float) -> bool: ...
-FailureHandler = Callable[[BaseException], None]
 
 
 def parse_broker_address(broker: str) -> Tuple[str, int]:
@@ -524,7 +524,7 @@ class Transport:
                         return
                     try:
                         while self._read_once(woken) >= _STREAMING_READ:
-                            if latch in woken or latch.is_set() or len(self._blocked) > 1:
+                            if self._lead_done(latch, woken):
                                 # Answered (or no longer alone) amid a stream: more may be
                                 # waiting, and no new edge comes for it: the reader reads on.
                                 os.eventfd_write(self._kick, 1)
@@ -545,8 +545,13 @@ class Transport:
                     self._fail(ConnectionLost(f"reading from {self.address[0]}:{self.address[1]} was interrupted "
                                               f"({failure!r})"), failure)
                     raise failure
-            if latch in woken or latch.is_set() or len(self._blocked) > 1:
-                return  # answered, or others wait too (see _blocked)
+            if self._lead_done(latch, woken):
+                return
+
+    def _lead_done(self, latch: Answer, woken: List[_codec.Latch]) -> bool:
+        """Whether a thread reading in the reader's place stops: answered (a latch is in
+        ``woken`` until set), or others wait too (see _blocked)."""
+        return latch in woken or latch.is_set() or len(self._blocked) > 1
 
     def _read_failed(self, exc: BaseException) -> None:
         """A read or what it handed up failed (on the reader thread or a thread reading in its

@@ -31,8 +31,15 @@ cdef extern from "poll.h" nogil:
         POLLIN
 
 # A waiting thread looks at signals this often: Ctrl-C interrupts a blocking post in the main
-# thread as it would a lock's acquire.
+# thread as it would a lock's acquire (the transport's reading poster uses it too).
 cdef double SIGNAL_CHECK = 0.05
+SIGNAL_CHECK_SECONDS = SIGNAL_CHECK
+
+
+cdef inline int wait_ms(double timeout) noexcept nogil:
+    """``timeout`` seconds as poll/epoll milliseconds: rounded up, within an int."""
+    cdef double ms = ceil(timeout * 1000.0) if timeout > 0 else 0.0
+    return <int>(ms if ms < 2147483647.0 else 2147483647.0)
 
 
 cdef class Latch:
@@ -134,7 +141,6 @@ def wait_readable(int fd, double timeout, list woken):
     cdef bmq_latch **latches = latch_array(held)
     cdef Py_ssize_t n = len(held)
     cdef pollfd watched
-    cdef double ms = ceil(timeout * 1000.0) if timeout > 0 else 0.0
     cdef int rc
     del woken[:]
     watched.fd = fd
@@ -143,7 +149,7 @@ def wait_readable(int fd, double timeout, list woken):
     try:
         with nogil:
             set_array(latches, n)
-            rc = c_poll(&watched, 1, <int>(ms if ms < 2147483647.0 else 2147483647.0))
+            rc = c_poll(&watched, 1, wait_ms(timeout))
     finally:
         PyMem_Free(latches)
     if rc < 0:
@@ -174,7 +180,6 @@ def wait_ready(int epfd, int sock_fd, double timeout, list woken):
     cdef tuple held = tuple(woken)
     cdef bmq_latch **latches = latch_array(held)
     cdef Py_ssize_t n = len(held), i
-    cdef double ms = ceil(timeout * 1000.0) if timeout > 0 else 0.0
     cdef int fds[2]
     cdef int got = 0, ready = 0
     del woken[:]
@@ -183,7 +188,7 @@ def wait_ready(int epfd, int sock_fd, double timeout, list woken):
             if set_array(latches, n):
                 ready = _READY_HANDED
             else:
-                got = bmq_epoll_wait(epfd, <int>(ms if ms < 2147483647.0 else 2147483647.0), fds, 2)
+                got = bmq_epoll_wait(epfd, wait_ms(timeout), fds, 2)
             for i in range(got if got > 0 else 0):
                 if fds[i] == sock_fd:
                     ready |= _READY_SOCKET
