@@ -50,6 +50,8 @@ _LEAD_SLICE = _codec.SIGNAL_CHECK_SECONDS
 _BURST = 0.0002
 # Queued events at which a coalescing send writes them all from its own thread (see send).
 _SELF_FLUSH = 48
+# How long the reader thread leaves a wave's held events waiting for the rest (see _hold_wave).
+_WAVE_WAIT = 0.0005
 _HEARTBEAT_REQ_TYPE = _codec.EVENT_HEARTBEAT_REQ
 _HEARTBEAT_RSP_TYPE = _codec.EVENT_HEARTBEAT_RSP
 _counter = itertools.count(1)
@@ -134,6 +136,9 @@ class Transport:
         self._queued = 0  # bytes queued or being written by the writer thread
         self._writing = False  # a thread is inside a socket write: the others queue
         self._last_direct = 0.0  # time.monotonic() after the last write from a sending thread
+        # Blocking sends still expected from posters that one read woke together; meanwhile
+        # theirs wait in the queue, and the last writes them all (see _hold_wave).
+        self._wave = 0
         self._closed = False
         # Reading: the reader thread, or a thread waiting for an answer in its place (wait_for),
         # reads and hands up events holding _read_lock, so events go up one read at a time and
@@ -236,15 +241,24 @@ class Transport:
                     self._has_room.wait(remaining)
                     self.high_watermark_wait += time.monotonic() - waited
             queue = self._queue
+            if self._wave and not coalesce and not self._closed:
+                self._wave -= 1
+                if self._wave:
+                    queue.append(data)  # held for the rest of the wave: no writer wake-up
+                    self._queued += size
+                    return
+                last_of_wave = True
+            else:
+                last_of_wave = False
             if self._writing or self._closed or (
                     (queue or (coalesce and time.monotonic() - self._last_direct < _BURST))
-                    and not (coalesce and len(queue) >= _SELF_FLUSH)):
+                    and not (coalesce and len(queue) >= _SELF_FLUSH) and not last_of_wave):
                 self._enqueue(data)
                 return
             # Write from this thread: nothing is queued (a blocking post's latency pays no
-            # hand-off), or a stream of coalescing sends has queued enough. The writer thread
-            # needs the interpreter lock, which a thread that keeps posting holds: without this,
-            # what is queued would wait for it while the broker idles.
+            # hand-off), a wave is complete, or a stream of coalescing sends has queued enough.
+            # The writer thread needs the interpreter lock, which a thread that keeps posting
+            # holds: without this, what is queued would wait for it while the broker idles.
             if queue:
                 queue.append(data)
                 self._queued += size
@@ -252,6 +266,35 @@ class Transport:
             else:
                 batch, taken = [data], 0
             self._writing = True
+        self._write_direct(batch, taken)
+
+    def _hold_wave(self, posters: int) -> None:
+        """The reader thread has just answered ``posters`` (two or more) blocking posts at once:
+        their threads will likely post again together: of the next ``posters`` blocking sends,
+        all but the last are held in the queue, and the last writes them all. One event of several PUTs
+        costs the broker much less than several events of one PUT each (bmqbrkr: ~13 instead
+        of ~20 microseconds of CPU per PUT, 8 posting threads), and the client one socket
+        write. The reader thread releases the wave when its next wait ends (after _WAVE_WAIT at
+        most), and a poster that goes on to wait alone at once (see _release_wave)."""
+        with self._lock:
+            self._wave += posters
+
+    def _release_wave(self) -> None:
+        """Give up waiting for the rest of a wave: write what it held from this thread."""
+        with self._lock:
+            self._wave = 0
+            if self._writing or self._closed or not self._queue:
+                return
+            self._writing = True
+            batch, taken = self._take()
+        try:
+            self._write_direct(batch, taken)
+        except ConnectionLost:
+            pass  # the transport failed (its owner was told): the session re-sends what it held
+
+    def _write_direct(self, batch: List[bytes], taken: int) -> None:
+        """This thread set ``_writing`` and took ``taken`` queued bytes into ``batch``: write what
+        the socket takes at once, and leave the rest to the writer thread."""
         data, sent = self._write(batch, wait=False)
         with self._lock:
             self._writing = False
@@ -385,7 +428,13 @@ class Transport:
                     ready = _READY_SOCKET
                 else:
                     # (READY_HANDED: a poster was just kicked; the next turn waits for it.)
-                    ready = self._wait(wait, woken)
+                    if len(woken) > 1:
+                        self._hold_wave(len(woken))
+                    if self._wave:
+                        ready = self._wait(min(wait, _WAVE_WAIT), woken)
+                        self._release_wave()
+                    else:
+                        ready = self._wait(wait, woken)
                 # A kick (without data) may mean that a thread reading in the reader's place
                 # left data: look.
                 if ready:
@@ -498,6 +547,8 @@ class Transport:
             deadline = time.monotonic() + timeout
             woken: List[_codec.Latch] = []
             try:
+                if self._wave:
+                    self._release_wave()  # this post may be held, and nobody else waits to send
                 if not latch.kick_to(self._kick):
                     self._read_until(latch, deadline, woken)
             finally:
