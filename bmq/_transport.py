@@ -221,7 +221,8 @@ class Transport:
             coalesce: nobody waits for this very write (an asynchronous post, a confirm): right
                 after another write it goes to the writer thread, to share a socket write with
                 what follows, unless 48 events are queued already: then this thread writes them
-                (joined) and it. Otherwise it is written from this thread when nothing is queued.
+                (joined) and it. Otherwise it is written from this thread when nothing is queued,
+                or held for the rest of a wave of blocking posts (see _hold_wave).
 
         Raises:
             BandwidthLimitError: still no room after ``timeout``; nothing was queued.
