@@ -156,7 +156,7 @@ def test_a_wave_that_does_not_complete_is_written_by_the_reader_thread(monkeypat
     """The second woken thread never posts: the reader thread writes what the wave held once
     its wait ends (the idle poll is stretched beyond the test's timeouts)."""
     monkeypatch.setattr(_transport, "_IDLE_POLL", 600.0)
-    monkeypatch.setattr(_transport, "_WAVE_WAIT", 1.0)
+    monkeypatch.setattr(_transport, "_WAVE_WAIT", 3.0)  # this thread posts well within it
     with _WaveLink() as link:
         first = link.start_wave()
         held, _ = link.post()
