@@ -114,6 +114,17 @@ def test_posts_from_4_threads_survive_3_connection_cuts(bmqbrkr):
     assert duplicates == 0  # re-sent PUTs keep their GUIDs: bmqbrkr stores each once
 
 
+
+def test_one_message_posts_from_8_threads_survive_3_connection_cuts(bmqbrkr):
+    """Blocking posts of one message each: those answered together go out together (a wave
+    held in the transport's queue); a cut loses and duplicates none of them."""
+    uri = fresh_uri(prefix="cuts1")
+    with Proxy(bmqbrkr.address) as proxy:
+        posters = _run_with_faults(proxy.address, uri, (8, 1_000, 1), [2_000, 4_000, 6_000], proxy.cut)
+        assert proxy.connections == 4
+    deliveries = _drain(bmqbrkr.address, uri, posters.expected)
+    assert set(deliveries) == posters.expected and len(deliveries) == len(posters.expected)
+
 def test_posts_survive_a_stalled_connection(bmqbrkr):
     uri = fresh_uri(prefix="stall")
     with Proxy(bmqbrkr.address) as proxy:
