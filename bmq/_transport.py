@@ -434,7 +434,8 @@ class Transport:
                         self._hold_wave(len(woken))
                     if self._wave:
                         ready = self._wait(min(wait, _WAVE_WAIT), woken)
-                        self._release_wave()
+                        if self._wave:  # incomplete
+                            self._release_wave()
                     else:
                         ready = self._wait(wait, woken)
                 # A kick (without data) may mean that a thread reading in the reader's place
