@@ -245,8 +245,8 @@ class Latch:
 def wait_readable(fd: int, timeout: float, woken: list[Latch]) -> bool:
     """Release the interpreter lock, set and remove ``woken``'s latches, then wait up to
     ``timeout`` seconds for ``fd`` to be readable."""
-def set_latches(woken: list[Latch]) -> bool:
-    """Set and remove every latch of ``woken``; True if one wrote its kick descriptor."""
+def set_latches(woken: list[Latch]) -> None:
+    """Set and remove every latch of ``woken``."""
 
 SIGNAL_CHECK_SECONDS: Final[float]  # how often a waiting thread looks at signals
 READY_SOCKET: Final[int]

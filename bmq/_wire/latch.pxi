@@ -94,14 +94,12 @@ cdef class Latch:
 
 
 def set_latches(list woken):
-    """Set and remove every latch of ``woken``; True if that wrote a kick descriptor (see
-    :func:`wait_ready`)."""
+    """Set and remove every latch of ``woken`` (with the interpreter lock held: see
+    :func:`wait_ready` for setting them once it is released)."""
     cdef Latch latch
-    cdef int kicked = 0
     while woken:
         latch = <Latch?>woken.pop()
-        kicked |= bmq_latch_set(&latch.latch)
-    return bool(kicked)
+        bmq_latch_set(&latch.latch)
 
 
 cdef bmq_latch **latch_array(tuple held) except? NULL:
