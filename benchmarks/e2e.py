@@ -27,7 +27,8 @@ the last confirm. Each figure has the client's CPU seconds per message (this pro
 broker's (its process), so that where the time goes is visible.
 
 Usage: ``python benchmarks/e2e.py [--bmqbrkr | --broker ADDR] [--patterns p1,p2] [--repeat N] [--json FILE]``;
-with ``--repeat N`` every figure is the median of N runs, the two clients alternating.
+with ``--repeat N`` every figure is the median of N runs, the two clients alternating, and each
+pattern's ratio of every run (bmq over the official SDK run right after it) is reported too.
 By default the embedded broker runs in its own process; ``--bmqbrkr`` starts the real broker
 from ``../shared/bmqbrkr`` (what production runs). Each pattern gets a freshly started broker:
 bmqbrkr keeps every PUT's GUID for its 300 s de-duplication window and every message until its
@@ -420,6 +421,14 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                          figures["bmq"]["client_cpu_us_per_msg"],
                          official["client_cpu_us_per_msg"] if official else "-",
                          figures["bmq"]["broker_cpu_us_per_msg"]])
+            if official and args.repeat > 1:
+                # Each repeat ran the two clients back to back: their ratio is spared most of the
+                # machine's drift between repeats, and its spread says how firm the median is.
+                paired = [ours["msgs_per_s"] / theirs["msgs_per_s"]
+                          for ours, theirs in zip(runs["bmq"], runs["official"])]
+                results[f"{pattern}_ratio_vs_official_per_run"] = paired
+                rows.append([f"  {pattern} ratio per run: min / median / max", "", "",
+                             f"{min(paired):.2f} / {statistics.median(paired):.2f} / {max(paired):.2f}", "", "", ""])
             floor = figures.get("floor")
             if floor:
                 # What any client could reach at best: the bare socket against the official SDK.
