@@ -252,9 +252,11 @@ SIGNAL_CHECK_SECONDS: Final[float]  # how often a waiting thread looks at signal
 READY_SOCKET: Final[int]
 READY_KICKED: Final[int]
 READY_HANDED: Final[int]
+READY_SPUN: Final[int]
 
-def wait_ready(epfd: int, sock_fd: int, timeout: float, woken: list[Latch]) -> int:
+def wait_ready(epfd: int, sock_fd: int, timeout: float, woken: list[Latch], spin: float = 0.0) -> int:
     """Release the interpreter lock, set and remove ``woken``'s latches, then wait up to
-    ``timeout`` on edge-triggered epoll set ``epfd`` (socket ``sock_fd`` and a kick eventfd):
-    READY_SOCKET | READY_KICKED bits, or READY_HANDED at once (no wait) if setting a latch
-    wrote its kick descriptor."""
+    ``timeout`` on edge-triggered epoll set ``epfd`` (socket ``sock_fd`` and a kick eventfd),
+    polling it without sleeping for the first ``spin`` seconds: READY_SOCKET | READY_KICKED
+    bits (with READY_SPUN if one came while polling), or READY_HANDED at once (no wait) if
+    setting a latch wrote its kick descriptor."""

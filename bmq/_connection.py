@@ -87,12 +87,13 @@ class Connection:
         on_push, on_control: called on the reader thread with each PUSH and (after
             negotiation) CONTROL event.
         on_failure: called once with this connection and the error when it dies.
+        busy_poll: the transport's busy polling, seconds (see :class:`Transport`).
     """
 
     def __init__(self, address: Tuple[str, int], high_watermark: int, name: str,
                  on_acks: Callable[[List[bytes]], List[_codec.Latch]], on_push: Callable[[bytes], None],
                  on_control: Callable[[bytes], None],
-                 on_failure: Callable[["Connection", BaseException], None]) -> None:
+                 on_failure: Callable[["Connection", BaseException], None], busy_poll: float = 0.0) -> None:
         self.negotiation: "Future[Dict[str, Any]]" = Future()
         self.new_style_properties = True  # the broker reads MESSAGE_PROPERTIES_EX
         self.lifetime: Optional[float] = None  # seconds the last authentication holds, if limited
@@ -100,7 +101,8 @@ class Connection:
         self._reauth_timer: Optional[threading.Timer] = None
         self._name = name
         self._on_acks, self._on_push, self._on_control, self._on_failure = on_acks, on_push, on_control, on_failure
-        self.transport = Transport(address, self._on_events, self._on_transport_failure, high_watermark, name)
+        self.transport = Transport(address, self._on_events, self._on_transport_failure, high_watermark, name,
+                                   busy_poll)
 
     def establish(self, identity: Dict[str, Any], broker: str, timeout: float,
                   credential: Optional[CredentialSource] = None) -> None:

@@ -202,6 +202,14 @@ class SessionOptions:
             message survives a machine crash), ``"always"`` (also every ACK removal) or
             ``"never"`` (survives a killed process, not an OS crash; several times faster).
             Costs are measured in docs/outbox.md.
+        busy_poll: seconds a thread blocked on an answer (a blocking ``post()``, a post
+            future's ``result()``) polls the socket before it sleeps, with the interpreter lock
+            released. A broker on the same host answers within it, and the thread is then
+            running when the answer comes instead of being woken (against bmqbrkr on a 2-core
+            machine: one thread's blocking post p50 84 -> 41 us, at the cost of the polling's
+            CPU). Polling pauses by itself while answers keep coming later than that (a distant
+            broker). 0 never polls: for hosts where a core spent waiting is worth more than
+            the latency. At most 0.01; Linux only (elsewhere threads always sleep).
 
     Thread-safety: immutable.
     """
@@ -228,6 +236,7 @@ class SessionOptions:
     stats_interval: Optional[float] = None
     on_stats: Optional[Callable[["SessionStats"], None]] = None
     opentelemetry: bool = False
+    busy_poll: float = 0.0002
 
     def __post_init__(self) -> None:
         for name in (
@@ -240,6 +249,9 @@ class SessionOptions:
         ):
             _positive(name, getattr(self, name))
         _require(self.channel_write_timeout >= 0, "channel_write_timeout must be >= 0")
+        _require(isinstance(self.busy_poll, (int, float)) and not isinstance(self.busy_poll, bool)
+                 and 0 <= self.busy_poll <= 0.01,
+                 f"busy_poll must be a number of seconds within [0, 0.01], not {self.busy_poll!r}")
         _positive("channel_high_watermark", self.channel_high_watermark)
         _positive("max_pending_bytes", self.max_pending_bytes)
         _require(

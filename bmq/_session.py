@@ -158,7 +158,7 @@ class Session:
         """Connect and negotiate a new connection (not yet adopted)."""
         conn = Connection(self._address, self.options.channel_high_watermark, f"{self._id}",
                           self._puts.handle_acks, self._deliveries.handle_push, self._handle_control,
-                          self._recovery.connection_lost)
+                          self._recovery.connection_lost, self.options.busy_poll)
         with self._lock:
             self._check_running()
             self._connecting = conn  # so that stop() can abort a slow negotiation

@@ -8,6 +8,7 @@ import select
 import signal
 import socket
 import threading
+import time
 
 import pytest
 
@@ -109,5 +110,40 @@ def test_wait_ready_reports_the_socket_and_kicks_and_never_takes_a_kick_it_wrote
     finally:
         epoll.close()
         os.close(kick)
+        a.close()
+        b.close()
+
+
+@pytest.mark.skipif(not hasattr(select, "epoll"), reason="epoll: Linux")
+def test_wait_ready_polls_for_its_spin_then_sleeps_until_its_timeout():
+    a, b = socket.socketpair()
+    epoll = select.epoll()
+    try:
+        epoll.register(a.fileno(), select.EPOLLIN | select.EPOLLET)
+        b.send(b"x")
+        assert _codec.wait_ready(epoll.fileno(), a.fileno(), 10, [], 5.0) == _codec.READY_SOCKET | _codec.READY_SPUN
+        # Nothing comes: the spin is part of the timeout, which is waited out whole.
+        started = time.monotonic()
+        assert _codec.wait_ready(epoll.fileno(), a.fileno(), 0.05, [], 0.01) == 0
+        assert 0.049 <= time.monotonic() - started < 5.0
+        # A spin longer than the timeout ends with it.
+        started = time.monotonic()
+        assert _codec.wait_ready(epoll.fileno(), a.fileno(), 0.02, [], 30.0) == 0
+        assert time.monotonic() - started < 5.0
+        # Data that comes after the spin wakes the sleeping thread, not counted as caught polling.
+        timer = threading.Timer(0.5, b.send, (b"y",))
+        timer.start()
+        assert _codec.wait_ready(epoll.fileno(), a.fileno(), 30.0, [], 0.001) == _codec.READY_SOCKET
+        timer.join()
+        # Setting latches still comes first: one whose kick was written returns at once.
+        kick = os.eventfd(0, os.EFD_NONBLOCK)
+        try:
+            latch = _codec.Latch()
+            latch.kick_to(kick)
+            assert _codec.wait_ready(epoll.fileno(), a.fileno(), 10, [latch], 5.0) == _codec.READY_HANDED
+        finally:
+            os.close(kick)
+    finally:
+        epoll.close()
         a.close()
         b.close()

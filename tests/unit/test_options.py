@@ -49,6 +49,10 @@ def test_compression_accepts_names(value, expected):
         {"compression": "lz4"},
         {"event_queue_low_watermark": 10, "event_queue_high_watermark": 5},
         {"on_event": 3},
+        {"busy_poll": -0.001},
+        {"busy_poll": 1},
+        {"busy_poll": "0.0002"},
+        {"busy_poll": True},
     ],
 )
 def test_bad_session_options_are_refused(kwargs):

@@ -111,13 +111,13 @@ class _Link:
     """A transport connected to a :class:`_Peer`, noting which thread handed up each answer
     to a GUID in ``latches`` (and waking its latch)."""
 
-    def __init__(self, peer: Optional[Any] = None, on_events: Optional[Any] = None) -> None:
+    def __init__(self, peer: Optional[Any] = None, on_events: Optional[Any] = None, busy_poll: float = 0.0) -> None:
         self.peer = peer or _Peer()
         self.latches: Dict[bytes, _codec.Latch] = {}
         self.seen: List[Tuple[str, bytes]] = []
         self.failures: List[BaseException] = []
         self.transport = Transport(self.peer.address, on_events or self._on_events,
-                                   self.failures.append, 64 << 20, "reads")
+                                   self.failures.append, 64 << 20, "reads", busy_poll)
 
     def __enter__(self) -> "_Link":
         self.transport.connect(5.0)
@@ -148,8 +148,9 @@ class _Link:
 
 
 @needs_epoll
-def test_a_thread_alone_waiting_reads_its_answer_itself():
-    with _Link(_PeerProcess()) as link:
+@pytest.mark.parametrize("busy_poll", [0.0, 0.0002], ids=["sleeping", "polling"])
+def test_a_thread_alone_waiting_reads_its_answer_itself(busy_poll):
+    with _Link(_PeerProcess(), busy_poll=busy_poll) as link:
         guids = _codec.GuidGenerator(5)
         sent = []
         for _ in range(50):
@@ -236,11 +237,12 @@ def test_the_reader_thread_waiting_for_an_answer_does_not_read_in_its_own_place(
         assert waited == [False] and not link.failures
 
 
-@pytest.mark.parametrize("epoll", [True, False], ids=["epoll", "poll"])
-def test_answers_to_many_waiting_threads_go_up_once_and_in_order(monkeypatch, epoll):
+@pytest.mark.parametrize("epoll, busy_poll", [(True, 0.0), (True, 0.0002), (False, 0.0)],
+                         ids=["epoll", "epoll-polling", "poll"])
+def test_answers_to_many_waiting_threads_go_up_once_and_in_order(monkeypatch, epoll, busy_poll):
     """Also without epoll (macOS, Python 3.9): the reader thread alone reads, with poll."""
     monkeypatch.setattr(_transport, "_EPOLL", epoll and _transport._EPOLL)
-    with _Link() as link:
+    with _Link(busy_poll=busy_poll) as link:
         assert (link.transport._epoll is not None) == (epoll and _transport._EPOLL)
         guids = _codec.GuidGenerator(6)
         sent: List[bytes] = []
@@ -373,3 +375,37 @@ def test_what_handing_up_events_raises_in_a_waiting_thread(raised, propagates):
             assert isinstance(failure.__cause__, raised)
         else:
             assert isinstance(failure, ProtocolError)
+
+
+def test_busy_polling_pauses_while_answers_come_later_and_resumes_once_one_comes_in_time(monkeypatch):
+    """Polling that keeps missing (a distant broker) pauses, longer each time; a wait whose
+    answer the polling catches makes the next pause short again. Waits with no answer due,
+    and waits that handed a kick to another thread, never poll nor count."""
+    results: List[int] = []
+    spins: List[float] = []
+
+    def wait_ready(epfd: int, fd: int, timeout: float, woken: List[_codec.Latch], spin: float = 0.0) -> int:
+        spins.append(spin)
+        return results.pop(0) if results else 0
+
+    monkeypatch.setattr(_transport, "_wait_ready", wait_ready)
+    transport = Transport(("127.0.0.1", 9), lambda *_: None, lambda exc: None, 64 << 20, "poll", 0.001)
+    transport._epoll = _transport.select.epoll()  # never waited on: wait_ready is replaced
+    try:
+        def waits(count: int, answer_due: bool = True) -> List[float]:
+            del spins[:]
+            for _ in range(count):
+                transport._wait(0.01, [], answer_due)
+            return list(spins)
+
+        misses, pause = _transport._POLL_MISSES, _transport._POLL_PAUSE_MIN
+        assert waits(3, answer_due=False) == [0.0] * 3
+        assert waits(misses) == [0.001] * misses
+        assert waits(pause) == [0.0] * pause  # paused
+        assert waits(misses) == [0.001] * misses
+        assert waits(2 * pause) == [0.0] * (2 * pause)  # paused twice as long
+        results[:] = [_codec.READY_HANDED] * 10 + [_codec.READY_SOCKET | _codec.READY_SPUN]
+        assert waits(11 + misses) == [0.001] * (11 + misses)
+        assert waits(pause + 1) == [0.0] * pause + [0.001]  # caught one: the pause is short again
+    finally:
+        transport._epoll.close()
