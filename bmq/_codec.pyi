@@ -242,6 +242,16 @@ class Latch:
     def wait(self, timeout: float) -> bool:
         """True once set, False after ``timeout`` seconds; signal handlers run meanwhile."""
 
+class Lead:
+    """A lock that a thread can also wait to see free without taking it (the transport's
+    reader thread, for a poster reading in its place)."""
+    def acquire(self, timeout: float = 0.0) -> bool:
+        """Take it, waiting up to ``timeout`` seconds (0: not at all); True if taken."""
+    def release(self) -> None: ...
+    def locked(self) -> bool: ...
+    def wait_free(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until nobody holds it; True if nobody does."""
+
 def wait_readable(fd: int, timeout: float, woken: list[Latch]) -> bool:
     """Release the interpreter lock, set and remove ``woken``'s latches, then wait up to
     ``timeout`` seconds for ``fd`` to be readable."""

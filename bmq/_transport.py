@@ -162,7 +162,7 @@ class Transport:
         # reads and hands up events holding _read_lock, so events go up one read at a time and
         # in order. _lead is held by such a thread (for good by the reader once it exits).
         self._read_lock = threading.Lock()
-        self._lead = threading.Lock()
+        self._lead = _codec.Lead()
         self._epoll: Optional["select.epoll"] = None
         self._kick = -1  # an eventfd in the epoll set: written to wake the thread waiting there
         self._read_closed = False
@@ -439,13 +439,13 @@ class Transport:
                     # A poster reads in the reader's place (wait_for). The epoll set wakes the
                     # thread that entered it last: entering now would take the poster's next
                     # wake-up (and, once the reader had to wake the poster, every one after it:
-                    # seen under load), or the kick just sent to it. Wait for it to finish, then
-                    # look (it may have left data).
+                    # seen under load), or the kick just sent to it. Wait for it to finish
+                    # (without taking _lead: see _codec.Lead), then look (it may have left data)
+                    # unless a poster reads again.
                     if woken:
                         _codec.set_latches(woken)
-                    if self._lead.acquire(timeout=min(max(wait, 0.01), 1.0)):
-                        self._lead.release()
-                    ready = _READY_SOCKET
+                    self._lead.wait_free(min(max(wait, 0.01), 1.0))
+                    ready = 0 if self._lead.locked() else _READY_SOCKET
                 else:
                     # (READY_HANDED: a poster was just kicked; the next turn waits for it.)
                     if len(woken) > 1:
@@ -455,7 +455,7 @@ class Transport:
                         if self._wave:  # incomplete
                             self._release_wave()
                     else:
-                        ready = self._wait(wait, woken, bool(self._blocked))
+                        ready = self._wait(wait, woken, len(self._blocked) > 1)
                 # A kick (without data) may mean that a thread reading in the reader's place
                 # left data: look.
                 if ready:
@@ -483,7 +483,7 @@ class Transport:
                 # The same for a thread reading in the reader's place: woken, it sees the
                 # transport closed and stops; the reader then keeps _lead, so none starts again.
                 os.eventfd_write(self._kick, 1)
-                self._lead.acquire(timeout=5.0)
+                self._lead.acquire(5.0)
             with self._read_lock:
                 self._read_closed = True
                 sock.close()
@@ -495,11 +495,12 @@ class Transport:
         """Set ``woken``'s latches once the interpreter lock is released, then wait up to
         ``timeout`` for the socket: READY_* bits (see _codec.wait_ready).
 
-        ``answer_due``: a thread is blocked until an answer comes. Then the first ``busy_poll``
-        seconds of the wait poll the socket without sleeping: an answer that comes meanwhile
-        spares the wake-up of a sleeping thread (against bmqbrkr on the development machine,
-        one thread's blocking post p50 84 -> 41 us). Polling that keeps missing (a distant
-        broker) pauses (see _POLL_MISSES).
+        ``answer_due``: a thread is blocked until an answer comes (for the reader thread: two or
+        more, as one usually reads in its place, and both polling would race for the answer).
+        Then the first ``busy_poll`` seconds of the wait poll the socket without sleeping: an
+        answer that comes meanwhile spares the wake-up of a sleeping thread (against bmqbrkr on
+        the development machine, one thread's blocking post p50 84 -> 41 us). Polling that
+        keeps missing (a distant broker) pauses (see _POLL_MISSES).
         """
         if self._epoll is None:
             return _READY_SOCKET if _wait_readable(self._fd, timeout, woken) else 0
@@ -517,6 +518,8 @@ class Transport:
             else:
                 self._poll_misses += 1
                 if self._poll_misses >= _POLL_MISSES:
+                    logger.debug("%r: busy polling pauses for %d waits (answers came after %g s of it)",
+                                 self, self._poll_pause, spin)
                     self._poll_misses = 0
                     self._poll_paused = self._poll_pause
                     self._poll_pause = min(2 * self._poll_pause, _POLL_PAUSE_MAX)
@@ -587,7 +590,7 @@ class Transport:
         blocked.append(None)
         try:
             if (self._epoll is None or len(blocked) > 1 or threading.get_ident() == self._reader_ident
-                    or not self._lead.acquire(blocking=False)):
+                    or not self._lead.acquire()):
                 return bool(latch.wait(timeout))
             deadline = time.monotonic() + timeout
             woken: List[_codec.Latch] = []

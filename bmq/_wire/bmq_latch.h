@@ -71,33 +71,75 @@ static int bmq_latch_kick_to(bmq_latch *latch, int kick_fd)
     return set;
 }
 
+/* With latch->mutex held: wait on latch->cond up to `seconds` (> 0) while *flag == value. */
+static void bmq_latch_wait_while(bmq_latch *latch, const int *flag, int value, double seconds)
+{
+    struct timespec until;
+    int rc = 0;
+#if defined(__APPLE__)
+    until.tv_sec = (time_t)seconds;
+    until.tv_nsec = (long)((seconds - (double)until.tv_sec) * 1e9);
+    while (*flag == value && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait_relative_np(&latch->cond, &latch->mutex, &until);
+#else
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)seconds;
+    until.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec += 1;
+        until.tv_nsec -= 1000000000L;
+    }
+    while (*flag == value && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&latch->cond, &latch->mutex, &until);
+#endif
+}
+
 /* Wait up to `seconds` (>= 0) for the latch; 1 when it is set. */
 static int bmq_latch_wait(bmq_latch *latch, double seconds)
 {
-    struct timespec until;
-    int rc = 0, set;
+    int set;
     pthread_mutex_lock(&latch->mutex);
-    if (!latch->set && seconds > 0) {
-#if defined(__APPLE__)
-        until.tv_sec = (time_t)seconds;
-        until.tv_nsec = (long)((seconds - (double)until.tv_sec) * 1e9);
-        while (!latch->set && rc != ETIMEDOUT)
-            rc = pthread_cond_timedwait_relative_np(&latch->cond, &latch->mutex, &until);
-#else
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += (time_t)seconds;
-        until.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec += 1;
-            until.tv_nsec -= 1000000000L;
-        }
-        while (!latch->set && rc != ETIMEDOUT)
-            rc = pthread_cond_timedwait(&latch->cond, &latch->mutex, &until);
-#endif
-    }
+    if (!latch->set && seconds > 0)
+        bmq_latch_wait_while(latch, &latch->set, 0, seconds);
     set = latch->set;
     pthread_mutex_unlock(&latch->mutex);
     return set;
+}
+
+/* A lead (latch.pxi's Lead) is a latch whose flag means "held": it is taken and given back
+   rather than set once, and a thread can wait for it to be free without taking it. */
+
+/* Take the lead, waiting up to `seconds` (0: not at all); 1 when taken. */
+static int bmq_lead_acquire(bmq_latch *lead, double seconds)
+{
+    int taken = 0;
+    pthread_mutex_lock(&lead->mutex);
+    if (lead->set && seconds > 0)
+        bmq_latch_wait_while(lead, &lead->set, 1, seconds);
+    if (!lead->set)
+        taken = lead->set = 1;
+    pthread_mutex_unlock(&lead->mutex);
+    return taken;
+}
+
+static void bmq_lead_release(bmq_latch *lead)
+{
+    pthread_mutex_lock(&lead->mutex);
+    lead->set = 0;
+    pthread_mutex_unlock(&lead->mutex);
+    pthread_cond_broadcast(&lead->cond);
+}
+
+/* Wait up to `seconds` for the lead to be free, without taking it; 1 when free. */
+static int bmq_lead_wait_free(bmq_latch *lead, double seconds)
+{
+    int held;
+    pthread_mutex_lock(&lead->mutex);
+    if (lead->set && seconds > 0)
+        bmq_latch_wait_while(lead, &lead->set, 1, seconds);
+    held = lead->set;
+    pthread_mutex_unlock(&lead->mutex);
+    return !held;
 }
 
 #include <unistd.h>

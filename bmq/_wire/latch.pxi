@@ -17,6 +17,9 @@ cdef extern from "bmq_latch.h" nogil:
     int bmq_latch_set(bmq_latch *latch)
     int bmq_latch_wait(bmq_latch *latch, double seconds)
     int bmq_latch_kick_to(bmq_latch *latch, int kick_fd)
+    int bmq_lead_acquire(bmq_latch *lead, double seconds)
+    void bmq_lead_release(bmq_latch *lead)
+    int bmq_lead_wait_free(bmq_latch *lead, double seconds)
     int bmq_epoll_wait(int epfd, int timeout_ms, int *fds, int max_fds)
     int bmq_kick(int fd)
     void bmq_drain(int fd)
@@ -94,6 +97,47 @@ cdef class Latch:
             if done:
                 return True
             PyErr_CheckSignals()
+
+
+cdef class Lead:
+    """A lock with one more way to wait: :meth:`wait_free` returns once nobody holds it, without
+    taking it. The transport's reader thread waits so for a poster reading in its place (see
+    Transport.wait_for): with a plain lock it would take the lock as the poster let go, and
+    hold it until it got the interpreter lock back, while the poster, posting again, found
+    it taken and had to be woken by the reader instead of reading its own answer. Safe from
+    any thread; held by one at most, and released by any.
+    """
+    cdef bmq_latch lead
+
+    def __cinit__(self):
+        cdef int rc = bmq_latch_init(&self.lead)
+        if rc:
+            raise OSError(rc, _os_strerror(rc))
+
+    def __dealloc__(self):
+        bmq_latch_destroy(&self.lead)
+
+    def acquire(self, double timeout=0.0):
+        """Take the lead, waiting up to ``timeout`` seconds for it (0: not at all); True if taken."""
+        cdef int taken
+        with nogil:
+            taken = bmq_lead_acquire(&self.lead, timeout)
+        return bool(taken)
+
+    def release(self):
+        """Give the lead back (whoever holds it) and wake the threads waiting for it."""
+        bmq_lead_release(&self.lead)
+
+    def locked(self):
+        """Whether a thread holds the lead."""
+        return not bmq_lead_wait_free(&self.lead, 0.0)
+
+    def wait_free(self, double timeout):
+        """Wait up to ``timeout`` seconds until nobody holds the lead; True if nobody does."""
+        cdef int free
+        with nogil:
+            free = bmq_lead_wait_free(&self.lead, timeout)
+        return bool(free)
 
 
 def set_latches(list woken):

@@ -147,3 +147,33 @@ def test_wait_ready_polls_for_its_spin_then_sleeps_until_its_timeout():
         epoll.close()
         a.close()
         b.close()
+
+
+def test_a_lead_is_held_by_one_thread_and_waiting_for_it_to_be_free_does_not_take_it():
+    lead = _codec.Lead()
+    assert not lead.locked() and lead.wait_free(0) is True
+    assert lead.acquire() is True and lead.locked()
+    assert lead.acquire() is False and lead.acquire(0.01) is False  # held: not again
+    assert lead.wait_free(0.01) is False
+    freed = threading.Event()
+    results = []
+
+    def waiter() -> None:
+        freed.set()
+        results.append(lead.wait_free(30.0))
+        # Free, and still not taken by this wait: the next taker gets it at once.
+        results.append(lead.acquire())
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    assert freed.wait(10)
+    lead.release()  # from another thread than the one that will take it next
+    thread.join(30)
+    assert results == [True, True] and lead.locked()
+    taker = threading.Thread(target=lambda: results.append(lead.acquire(30.0)))
+    taker.start()
+    lead.release()  # wakes the thread waiting to take it
+    taker.join(30)
+    assert results[-1] is True and lead.locked()
+    lead.release()
+    assert not lead.locked()
