@@ -40,9 +40,9 @@ _wait_ready = _codec.wait_ready
 _READY_SOCKET = _codec.READY_SOCKET
 _READY_HANDED = _codec.READY_HANDED
 _READY_SPUN = _codec.READY_SPUN
-# Where the system has them (Linux), the socket is waited on through an edge-triggered epoll
-# set, which wakes only the thread that waited last: a blocking poster waiting there is woken
-# by its ACK instead of the reader thread (see Transport.wait_for).
+# Where the system has them (Linux), the socket is waited on through edge-triggered epoll sets
+# (one for the reader thread, one for a poster reading in its place): a blocking poster is
+# woken by its ACK instead of by the reader thread (see Transport.wait_for).
 _EPOLL = hasattr(select, "epoll") and hasattr(os, "eventfd")
 # A thread reading in the reader's place looks at signals and at the transport this often.
 _LEAD_SLICE = _codec.SIGNAL_CHECK_SECONDS
@@ -115,8 +115,8 @@ class Transport:
             (not after :meth:`close`).
         high_watermark: bytes queued for the socket above which :meth:`send` waits.
         name: suffix of the thread names (``bmq-reader-<name>``).
-        busy_poll: seconds a thread waiting for an answer to a blocking post polls the socket
-            before it sleeps (see :meth:`_wait`); 0: never.
+        busy_poll: seconds a thread waiting for an answer (see :meth:`wait_for`) polls the
+            socket before it sleeps (see :meth:`_wait`); 0: never.
 
     Thread-safety: :meth:`send`, :meth:`send_control` and :meth:`close` may be called from
     any thread; :meth:`connect` once, by the owner.
@@ -163,8 +163,12 @@ class Transport:
         # in order. _lead is held by such a thread (for good by the reader once it exits).
         self._read_lock = threading.Lock()
         self._lead = _codec.Lead()
+        # Two epoll sets hold the socket, each with an eventfd written to wake the thread waiting
+        # there: the reader thread's, and that of a poster reading in its place (see connect).
         self._epoll: Optional["select.epoll"] = None
-        self._kick = -1  # an eventfd in the epoll set: written to wake the thread waiting there
+        self._kick = -1
+        self._reader_epoll: Optional["select.epoll"] = None
+        self._reader_kick = -1
         self._read_closed = False
         # One entry per thread in wait_for (list appends and pops are atomic): a thread reads in
         # the reader's place only while it is the one waiting. With several, the reader thread
@@ -172,6 +176,9 @@ class Transport:
         # to its caller could not do.
         self._blocked: List[None] = []
         self._reader_ident: Optional[int] = None  # reading in its own place would deadlock
+        # The reader thread waits in its epoll set: a poster taking _lead then kicks it out, so
+        # that it does not wake for the poster's answer (see _read_loop).
+        self._reader_in_set = False
         self._frames = _codec.FrameReader()
         # One reusable buffer: recv() would allocate (and the allocator map) 1 MiB per call.
         self._buffer = bytearray(_RECV_SIZE)
@@ -214,14 +221,23 @@ class Transport:
             self._sock = sock
             self._fd = sock.fileno()
             if _EPOLL:
-                self._epoll = select.epoll()
-                self._kick = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-                self._epoll.register(self._fd, select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET)
-                self._epoll.register(self._kick, select.EPOLLIN | select.EPOLLET)
+                # Each set hears of every arrival (edge-triggered), and each thread harvests its
+                # own: a poster polling for its answer never races the reader thread for it, as
+                # one set shared would make them (the reader stays out of its set meanwhile).
+                self._epoll, self._kick = self._epoll_set()
+                self._reader_epoll, self._reader_kick = self._epoll_set()
         self._writer = threading.Thread(target=self._write_loop, name=f"bmq-writer-{self._name}", daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name=f"bmq-reader-{self._name}", daemon=True)
         self._writer.start()
         self._reader.start()
+
+    def _epoll_set(self) -> Tuple["select.epoll", int]:
+        """A new edge-triggered epoll set holding the socket and a new kick eventfd."""
+        epoll = select.epoll()
+        kick = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        epoll.register(self._fd, select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET)
+        epoll.register(kick, select.EPOLLIN | select.EPOLLET)
+        return epoll, kick
 
     def set_heartbeat(self, interval: float, max_missed: int) -> None:
         """Start dead-link detection: after ``max_missed`` silent intervals the connection
@@ -435,27 +451,31 @@ class Transport:
                             self.send_control(_codec.HEARTBEAT_REQ)
                             missed += 1
                     wait = max(0.0, next_check - now)
+                ready = 0
+                if not self._lead.locked():
+                    if len(woken) > 1:
+                        self._hold_wave(len(woken))
+                    answer_due = len(self._blocked) > 1  # (with one, that poster reads: see _wait)
+                    # A poster that takes the lead while this thread waits kicks it out (wait_for).
+                    self._reader_in_set = True
+                    if not self._lead.locked():
+                        if self._wave:
+                            ready = self._wait(min(wait, _WAVE_WAIT), woken, answer_due, self._reader_epoll)
+                            if self._wave:  # incomplete
+                                self._release_wave()
+                        else:
+                            ready = self._wait(wait, woken, answer_due, self._reader_epoll)
+                    self._reader_in_set = False
                 if self._lead.locked():
-                    # A poster reads in the reader's place (wait_for). The epoll set wakes the
-                    # thread that entered it last: entering now would take the poster's next
-                    # wake-up (and, once the reader had to wake the poster, every one after it:
-                    # seen under load), or the kick just sent to it. Wait for it to finish
-                    # (without taking _lead: see _codec.Lead), then look (it may have left data)
-                    # unless a poster reads again.
+                    # A poster reads in the reader's place (wait_for): reading too would race it
+                    # for its answer (both sets hear of the socket's data, each has its kick).
+                    # Wait for it to finish (without taking _lead: see _codec.Lead), then look
+                    # (it may have left data, or this thread skipped some) unless a poster
+                    # reads again.
                     if woken:
                         _codec.set_latches(woken)
                     self._lead.wait_free(min(max(wait, 0.01), 1.0))
                     ready = 0 if self._lead.locked() else _READY_SOCKET
-                else:
-                    # (READY_HANDED: a poster was just kicked; the next turn waits for it.)
-                    if len(woken) > 1:
-                        self._hold_wave(len(woken))
-                    if self._wave:
-                        ready = self._wait(min(wait, _WAVE_WAIT), woken, True)
-                        if self._wave:  # incomplete
-                            self._release_wave()
-                    else:
-                        ready = self._wait(wait, woken, len(self._blocked) > 1)
                 # A kick (without data) may mean that a thread reading in the reader's place
                 # left data: look.
                 if ready:
@@ -487,13 +507,16 @@ class Transport:
             with self._read_lock:
                 self._read_closed = True
                 sock.close()
-                if self._epoll is not None:
-                    self._epoll.close()
-                    os.close(self._kick)
+                for epoll, kick in ((self._epoll, self._kick), (self._reader_epoll, self._reader_kick)):
+                    if epoll is not None:
+                        epoll.close()
+                        os.close(kick)
 
-    def _wait(self, timeout: float, woken: List[_codec.Latch], answer_due: bool) -> int:
+    def _wait(self, timeout: float, woken: List[_codec.Latch], answer_due: bool,
+              epoll: Optional["select.epoll"]) -> int:
         """Set ``woken``'s latches once the interpreter lock is released, then wait up to
-        ``timeout`` for the socket: READY_* bits (see _codec.wait_ready).
+        ``timeout`` for the socket in ``epoll`` (the reader thread's set or the posters': see
+        :meth:`connect`; None: with poll): READY_* bits (see _codec.wait_ready).
 
         ``answer_due``: a thread is blocked until an answer comes (for the reader thread: two or
         more, as one usually reads in its place, and both polling would race for the answer).
@@ -502,7 +525,7 @@ class Transport:
         the development machine, one thread's blocking post p50 84 -> 41 us). Polling that
         keeps missing (a distant broker) pauses (see _POLL_MISSES).
         """
-        if self._epoll is None:
+        if epoll is None:
             return _READY_SOCKET if _wait_readable(self._fd, timeout, woken) else 0
         spin = 0.0
         if answer_due and self._busy_poll:
@@ -510,7 +533,7 @@ class Transport:
                 self._poll_paused -= 1
             else:
                 spin = self._busy_poll
-        ready = _wait_ready(self._epoll.fileno(), self._fd, timeout, woken, spin)
+        ready = _wait_ready(epoll.fileno(), self._fd, timeout, woken, spin)
         if spin and not ready & _READY_HANDED:
             if ready & _READY_SPUN:
                 self._poll_misses = 0
@@ -575,12 +598,13 @@ class Transport:
 
         Unless another thread waits too (or the caller is the reader thread, in a callback run
         as it hands up events), the caller reads the socket meanwhile in the reader
-        thread's place: the epoll set wakes only the thread that waited last, so the ACK wakes
-        this thread, not the reader thread that would then have to wake it (one context switch
-        per post instead of two or three, each several microseconds). Events go up under
-        _read_lock as the reader would hand them up. If the reader thread (or anyone) sets the
-        latch, the kick eventfd in the set wakes this thread, and the reader stays out of the
-        set meanwhile (see _codec.wait_ready). A failure read here fails the transport as on
+        thread's place, waiting in the posters' epoll set (polling it first: see _wait), so the
+        ACK wakes this thread, not the reader thread that would then have to wake it (one
+        context switch per post instead of two or three, each several microseconds). The
+        reader thread waits for this one to finish meanwhile (out of its own set, kicked out
+        if it was in: it would wake for this answer too). Events go up under _read_lock as the
+        reader would hand them up. If the reader thread (or anyone) sets the latch, the kick
+        eventfd of the posters' set wakes this thread. A failure read here fails the transport as on
         the reader thread, and this call goes on waiting. Anything else raised while reading
         (what a signal handler raised in the main thread, such as KeyboardInterrupt or an
         alarm's exception) may have come halfway through handing up events: it fails the
@@ -595,6 +619,8 @@ class Transport:
             deadline = time.monotonic() + timeout
             woken: List[_codec.Latch] = []
             try:
+                if self._reader_in_set:
+                    os.eventfd_write(self._reader_kick, 1)  # out of its set: see _read_loop
                 if self._wave:
                     self._release_wave()  # this post may be held, and nobody else waits to send
                 if not latch.kick_to(self._kick):
@@ -614,7 +640,7 @@ class Transport:
             if remaining <= 0:
                 return
             # Any wake-up reads: a kick may come from a thread that left data (below).
-            if self._wait(min(remaining, _LEAD_SLICE), woken, True):
+            if self._wait(min(remaining, _LEAD_SLICE), woken, True, self._epoll):
                 failure: Optional[BaseException] = None
                 with self._read_lock:
                     if self._read_closed:
@@ -624,7 +650,7 @@ class Transport:
                             if self._lead_done(latch, woken):
                                 # Answered (or no longer alone) amid a stream: more may be
                                 # waiting, and no new edge comes for it: the reader reads on.
-                                os.eventfd_write(self._kick, 1)
+                                os.eventfd_write(self._reader_kick, 1)
                                 return
                     except BaseException as e:  # noqa: B902 - the transport fails as if the reader read it
                         failure = e

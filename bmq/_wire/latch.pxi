@@ -228,8 +228,8 @@ def wait_ready(int epfd, int sock_fd, double timeout, list woken, double spin=0.
     36 us polling).
 
     If setting a latch wrote its kick descriptor, returns READY_HANDED at once without waiting:
-    the thread the kick is for waits in this epoll set, and waiting here now could take the
-    kick from it (a woken waiter can lose the event to one arriving meanwhile)."""
+    the thread the kick is for reads in the caller's place (see Transport.wait_for), and the
+    caller leaves it the socket rather than wait for it too."""
     cdef tuple held = tuple(woken)
     cdef bmq_latch **latches = latch_array(held)
     cdef Py_ssize_t n = len(held), i

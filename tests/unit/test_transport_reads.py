@@ -395,7 +395,7 @@ def test_busy_polling_pauses_while_answers_come_later_and_resumes_once_one_comes
         def waits(count: int, answer_due: bool = True) -> List[float]:
             del spins[:]
             for _ in range(count):
-                transport._wait(0.01, [], answer_due)
+                transport._wait(0.01, [], answer_due, transport._epoll)
             return list(spins)
 
         misses, pause = _transport._POLL_MISSES, _transport._POLL_PAUSE_MIN
@@ -409,3 +409,81 @@ def test_busy_polling_pauses_while_answers_come_later_and_resumes_once_one_comes
         assert waits(pause + 1) == [0.0] * pause + [0.001]  # caught one: the pause is short again
     finally:
         transport._epoll.close()
+
+
+class _SilentPeer:
+    """A broker stand-in that answers only when told (:meth:`answer`)."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.conn: Optional[socket.socket] = None
+
+    @property
+    def address(self) -> Tuple[str, int]:
+        return self.server.getsockname()
+
+    def wait_accepted(self) -> bool:
+        self.server.settimeout(5)
+        self.conn, _ = self.server.accept()
+        return True
+
+    def answer(self, guid: bytes) -> None:
+        assert self.conn is not None
+        self.conn.sendall(_codec.build_ack_event([(0, 0, guid, 1)]))
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.server.close()
+
+
+def _until(predicate: Any, timeout: float) -> bool:
+    """Whether ``predicate()`` became true within ``timeout`` seconds (looked at every ms)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        threading.Event().wait(0.001)
+    return True
+
+
+@needs_epoll
+def test_a_poster_taking_the_lead_sends_the_reader_thread_out_of_its_set_and_reads_its_answer():
+    """The reader thread waiting in its epoll set would wake for the poster's answer too (each
+    set hears of every arrival): the poster kicks it out as it takes the lead, and the reader
+    waits for the poster to finish instead."""
+    peer = _SilentPeer()
+    with _Link(peer, busy_poll=0.0002) as link:
+        transport = link.transport
+        transport.set_heartbeat(60.0, 10)  # the reader's waits last a minute unless woken
+        guids = _codec.GuidGenerator(7)
+        for _ in range(5):
+            assert _until(lambda: transport._reader_in_set, 10)  # idle, in its set
+            guid, latch = link.post(guids, 1)
+            answered: List[bool] = []
+            poster = threading.Thread(target=lambda: answered.append(transport.wait_for(latch, 30)), name="poster")
+            poster.start()
+            assert _until(lambda: transport._lead.locked() and not transport._reader_in_set, 10)
+            peer.answer(guid)
+            poster.join(30)
+            assert answered == [True] and link.seen[-1] == ("poster", guid)
+        assert not link.failures
+
+
+@needs_epoll
+def test_the_reader_thread_leaves_the_socket_to_the_lead_and_reads_what_is_left_once_it_is_free():
+    peer = _SilentPeer()
+    with _Link(peer) as link:
+        transport = link.transport
+        assert _until(lambda: transport._reader_in_set, 10)
+        assert transport._lead.acquire()  # as a poster taking the lead (that then reads nothing)
+        guid = bytes(range(16))
+        latch = link.latches[guid] = _codec.Latch()
+        try:
+            peer.answer(guid)
+            # The reader thread hears of the data in its set, but leaves it to the lead's holder.
+            assert not latch.wait(0.2) and link.seen == []
+        finally:
+            transport._lead.release()
+        assert latch.wait(10)  # then reads it once the lead is free: nothing is stranded
+        assert link.seen == [("bmq-reader-reads", guid)] and not link.failures
