@@ -120,6 +120,10 @@ cdef class Lead:
     def acquire(self, double timeout=0.0):
         """Take the lead, waiting up to ``timeout`` seconds for it (0: not at all); True if taken."""
         cdef int taken
+        if timeout <= 0:
+            # Keeps the interpreter lock: a poster letting go of it here would have to wait
+            # for it again behind the reader thread (woken by the lead's last release).
+            return bool(bmq_lead_acquire(&self.lead, 0.0))
         with nogil:
             taken = bmq_lead_acquire(&self.lead, timeout)
         return bool(taken)
