@@ -519,8 +519,7 @@ class Transport:
         :meth:`connect`; None: with poll): READY_* bits (see _codec.wait_ready).
 
         ``answer_due``: a thread is blocked until an answer comes (for the reader thread: two or
-        more, as one usually reads in its place, and both polling would race for the answer).
-        Then the first ``busy_poll`` seconds of the wait poll the socket without sleeping: an
+        more, as one alone usually reads in its place). Then the first ``busy_poll`` seconds of the wait poll the socket without sleeping: an
         answer that comes meanwhile spares the wake-up of a sleeping thread (against bmqbrkr on
         the development machine, one thread's blocking post p50 84 -> 41 us). Polling that
         keeps missing (a distant broker) pauses (see _POLL_MISSES).
@@ -604,10 +603,10 @@ class Transport:
         reader thread waits for this one to finish meanwhile (out of its own set, kicked out
         if it was in: it would wake for this answer too). Events go up under _read_lock as the
         reader would hand them up. If the reader thread (or anyone) sets the latch, the kick
-        eventfd of the posters' set wakes this thread. A failure read here fails the transport as on
-        the reader thread, and this call goes on waiting. Anything else raised while reading
-        (what a signal handler raised in the main thread, such as KeyboardInterrupt or an
-        alarm's exception) may have come halfway through handing up events: it fails the
+        eventfd of the posters' set wakes this thread. A failure read here fails the transport
+        as on the reader thread, and this call goes on waiting. Anything else raised while
+        reading (what a signal handler raised in the main thread, such as KeyboardInterrupt or
+        an alarm's exception) may have come halfway through handing up events: it fails the
         transport too (the session reconnects and re-sends what is unanswered), then propagates.
         """
         blocked = self._blocked
