@@ -116,12 +116,15 @@ def floor_post(address: str, count: int) -> Dict[str, float]:
         view = memoryview(buffer)
         for _ in range(count):
             t0 = time.perf_counter()
-            sock.send(_codec.build_put_events(1, client.put_ids(1), (PAYLOAD,), flags=_codec.PUT_ACK_REQUESTED)[0])
+            client.put(1, (PAYLOAD,))
+            deadline = t0 + client.timeout
             acks: List[Any] = []
             while not acks:
                 try:
                     size = sock.recv_into(buffer)
                 except BlockingIOError:
+                    if time.perf_counter() > deadline:
+                        raise RuntimeError(f"bare socket post: no ACK within {client.timeout:g} s") from None
                     continue
                 if not size:
                     raise RuntimeError("bare socket post: the broker closed the connection")

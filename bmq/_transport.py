@@ -456,7 +456,8 @@ class Transport:
                     if len(woken) > 1:
                         self._hold_wave(len(woken))
                     answer_due = len(self._blocked) > 1  # (with one, that poster reads: see _wait)
-                    # A poster that takes the lead while this thread waits kicks it out (wait_for).
+                    # A poster that takes the lead while this thread waits kicks it out (wait_for);
+                    # one that took it before the flag was up saw none: look again.
                     self._reader_in_set = True
                     if not self._lead.locked():
                         if self._wave:
@@ -519,10 +520,11 @@ class Transport:
         :meth:`connect`; None: with poll): READY_* bits (see _codec.wait_ready).
 
         ``answer_due``: a thread is blocked until an answer comes (for the reader thread: two or
-        more, as one alone usually reads in its place). Then the first ``busy_poll`` seconds of the wait poll the socket without sleeping: an
-        answer that comes meanwhile spares the wake-up of a sleeping thread (against bmqbrkr on
-        the development machine, one thread's blocking post p50 84 -> 41 us). Polling that
-        keeps missing (a distant broker) pauses (see _POLL_MISSES).
+        more, as one alone usually reads in its place). Then the first ``busy_poll`` seconds of
+        the wait poll the socket without sleeping: an answer that comes meanwhile spares the
+        wake-up of a sleeping thread (against bmqbrkr on the development machine, one thread's
+        blocking post p50 84 -> 41 us). Polling that keeps missing (a distant broker) pauses
+        (see _POLL_MISSES).
         """
         if epoll is None:
             return _READY_SOCKET if _wait_readable(self._fd, timeout, woken) else 0
