@@ -12,7 +12,7 @@ import threading
 import time
 from concurrent.futures import wait
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 logger = logging.getLogger(__name__)
 
@@ -162,8 +162,8 @@ def _split(total: int, parts: int) -> List[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
-def run_bmq(broker: str, uri: str, *, size: int, count: int, producers: int = 1, consumers: int = 1,
-            batch: int = 1000, timeout: float = 120.0,
+def run_bmq(broker: Union[str, Sequence[str]], uri: str, *, size: int, count: int, producers: int = 1,
+            consumers: int = 1, batch: int = 1000, timeout: float = 120.0,
             progress: Optional[Callable[[int], None]] = None, options: Any = None,
             final_stats: Optional[List[Any]] = None) -> BenchResult:
     """Run the workload through bmq's client; one Session per producer and per consumer

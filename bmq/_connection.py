@@ -16,26 +16,29 @@ thread.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
+import socket
 import sys
 import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _codec, _schema
 from ._dispatch import fail_future, resolve_future
 from ._options import Credential, check_credential
 from ._protocol import CLIENT_FEATURES, FEATURE_MESSAGE_PROPERTIES, MESSAGE_PROPERTIES_EX
-from ._transport import Transport
+from ._transport import Transport, parse_broker_address
 from ._version import __version__
 from .exceptions import (
-    AuthenticationError, ClosedByBroker, ConnectionLost, Error, ProtocolError, SessionClosedError, TimeoutError,
+    AuthenticationError, ClosedByBroker, ConnectionLost, Error, InvalidArgumentError, ProtocolError,
+    SessionClosedError, TimeoutError,
 )
 
-__all__ = ["Connection", "client_identity"]
+__all__ = ["BrokerAddresses", "Connection", "Endpoint", "client_identity"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +78,98 @@ def client_identity(session_id: int, guids: Any, user_agent: str) -> Dict[str, A
     }
 
 
+class Endpoint(NamedTuple):
+    """One place to connect to: ``address`` is ``tcp://HOST:PORT`` as connected (the IP address
+    when a host name resolved to several), ``configured`` the address it came from."""
+
+    address: str
+    host: str
+    port: int
+    configured: str
+
+
+class BrokerAddresses:
+    """The broker addresses a session may connect to, in order of preference.
+
+    Each is ``tcp://HOST:PORT``; a host name that resolves to several IP addresses stands for
+    each of them, in the resolver's order (resolved anew before every round of attempts, so a
+    changed DNS entry is seen on the next reconnect). A name that does not resolve stays one
+    endpoint, whose connect attempt then reports the resolver's error.
+
+    Args:
+        brokers: one address or a non-empty sequence of them.
+
+    Raises:
+        InvalidArgumentError: an empty sequence, or not strings. InvalidURIError: a malformed
+            address.
+
+    Thread-safety: immutable once built; :meth:`rotation` may be called from any thread.
+    """
+
+    def __init__(self, brokers: Union[str, Sequence[str]]) -> None:
+        given = (brokers,) if isinstance(brokers, str) else tuple(brokers)
+        if not given:
+            raise InvalidArgumentError("no broker address given: pass 'tcp://HOST:PORT' or a list of them")
+        wrong = [b for b in given if not isinstance(b, str)]
+        if wrong:
+            raise InvalidArgumentError(f"broker addresses must be strings like 'tcp://HOST:PORT', got {wrong[0]!r}")
+        self.configured: Tuple[str, ...] = given
+        self._parsed = [(text, *parse_broker_address(text)) for text in given]
+
+    def __len__(self) -> int:
+        return len(self._parsed)
+
+    @property
+    def first(self) -> Endpoint:
+        """The first configured address, unresolved (what to name before any connection)."""
+        text, host, port = self._parsed[0]
+        return Endpoint(_tcp(host, port), host, port, text)
+
+    def endpoints(self) -> List[Endpoint]:
+        """Every endpoint in order of preference, host names resolved now."""
+        out: List[Endpoint] = []
+        for text, host, port in self._parsed:
+            for ip in _resolve(host, port):
+                endpoint = Endpoint(_tcp(ip, port), ip, port, text)
+                if endpoint not in out:
+                    out.append(endpoint)
+        return out
+
+    def rotation(self, after: Optional[Endpoint] = None) -> List[Endpoint]:
+        """:meth:`endpoints` starting with the one after ``after`` and ending with ``after``
+        itself (the one just lost is tried last), or in their order when ``after`` is None
+        or no longer among them."""
+        endpoints = self.endpoints()
+        if after is None or after not in endpoints:
+            return endpoints
+        index = endpoints.index(after) + 1
+        return endpoints[index:] + endpoints[:index]
+
+
+def _tcp(host: str, port: int) -> str:
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+
+def _resolve(host: str, port: int) -> List[str]:
+    """``host`` itself when it is an IP address, does not resolve or resolves to one address;
+    else every address it resolves to, each once, in the resolver's order."""
+    try:
+        ipaddress.ip_address(host)
+        return [host]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return [host]  # the connect attempt reports it
+    ips: List[str] = []
+    for info in infos:
+        ip = str(info[4][0])
+        if ip not in ips:
+            ips.append(ip)
+    return ips if len(ips) > 1 else [host]
+
+
 class Connection:
     """One transport and what the broker told us on it.
 
@@ -88,12 +183,15 @@ class Connection:
             negotiation) CONTROL event.
         on_failure: called once with this connection and the error when it dies.
         busy_poll: the transport's busy polling, seconds (see :class:`Transport`).
+        endpoint: where ``address`` came from (see :class:`BrokerAddresses`), if anywhere.
     """
 
     def __init__(self, address: Tuple[str, int], high_watermark: int, name: str,
                  on_acks: Callable[[List[bytes]], List[_codec.Latch]], on_push: Callable[[bytes], None],
                  on_control: Callable[[bytes], None],
-                 on_failure: Callable[["Connection", BaseException], None], busy_poll: float = 0.0) -> None:
+                 on_failure: Callable[["Connection", BaseException], None], busy_poll: float = 0.0,
+                 endpoint: Optional[Endpoint] = None) -> None:
+        self.endpoint = endpoint
         self.negotiation: "Future[Dict[str, Any]]" = Future()
         self.new_style_properties = True  # the broker reads MESSAGE_PROPERTIES_EX
         self.lifetime: Optional[float] = None  # seconds the last authentication holds, if limited

@@ -68,6 +68,8 @@ class ReconnectPolicy:
         multiplier: growth factor between attempts.
         jitter: relative random spread, 0 to 1.
         max_attempts: give up (and stop the session) after this many failed attempts; None = never.
+            With several broker addresses an attempt tries each once, and the first after a
+            lost connection goes at once (see :class:`bmq.Session`).
 
     Thread-safety: immutable.
     """

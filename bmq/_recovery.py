@@ -136,29 +136,38 @@ class Recovery:
             s._dispatch(s.options.on_stats, snapshot)
 
     def _reconnect(self) -> None:
+        """Reconnect in rounds, each trying every broker address once, starting after the one
+        just lost (:meth:`BrokerAddresses.rotation`). With several addresses the first round
+        starts at once; every later round (every round, with one address) waits the policy's
+        delay first, so backing off starts only once every address has failed. The policy's
+        ``max_attempts`` counts rounds."""
         s = self._session
         policy = s.options.reconnect
-        attempt = 0
+        several = len(s.brokers) > 1
+        where = s.broker if not several else ", ".join(s.brokers.configured)
+        rounds = 0  # rounds in which every address failed
         while True:
-            if not policy.enabled or (policy.max_attempts is not None and attempt >= policy.max_attempts):
-                logger.warning("giving up reconnecting to %s after %d attempt(s)", s.broker, attempt)
-                self._events.emit(ev.Error(f"could not reconnect to {s.broker}; session stopped"))
+            if not policy.enabled or (policy.max_attempts is not None and rounds >= policy.max_attempts):
+                logger.warning("giving up reconnecting to %s after %d attempt(s)", where, rounds)
+                self._events.emit(ev.Error(f"could not reconnect to {where}; session stopped"))
                 with s._lock:
                     if s._state == SessionState.RECONNECTING:
                         s._state = SessionState.STOPPING
                 threading.Thread(target=s.stop, name=f"bmq-stopper-{s._id}", daemon=True).start()
                 return
+            backoff = rounds - 1 if several else rounds
             with s._lock:
                 if s._stopping():
                     return
-                s._wake.wait(policy.delay(attempt))
-                if s._stopping():
-                    return
-            attempt += 1
+                if backoff >= 0:
+                    s._wake.wait(policy.delay(backoff))
+                    if s._stopping():
+                        return
+            rounds += 1
             try:
-                conn = s._connect(s.options.connect_timeout)
+                conn = s._connect(s.options.connect_timeout, after=s._endpoint)
             except (Error, OSError) as e:
-                logger.info("reconnect attempt %d to %s failed: %s", attempt, s.broker, e)
+                logger.info("reconnect attempt %d to %s failed: %s", rounds, where, e)
                 continue
             with s._lock:
                 if s._stopping():
@@ -173,7 +182,7 @@ class Recovery:
                 # connection does not know yet: it goes after the reopen (so its options win).
                 buffered, deferred = self._requests.for_new_connection({id(queue) for queue in to_reopen})
             logger.warning("reconnected to %s", s.broker)
-            self._events.emit(ev.Reconnected())
+            self._events.emit(ev.Reconnected(address=s.broker))
             transport = conn.transport
             assert transport is not None
             try:
@@ -196,7 +205,7 @@ class Recovery:
                         # failure path ourselves.
                         conn.close()
                         self.connection_lost(conn, e)
-                attempt = 0
+                rounds = 1 if several else 0  # back off as after a first failed attempt
                 continue
             with s._lock:
                 if s._conn is conn and s._state == SessionState.RECONNECTING:

@@ -12,7 +12,7 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union, cast
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from . import _codec, _schema
 from . import events as ev
@@ -22,18 +22,19 @@ from ._handles import QueueHandles
 from ._options import QueueOptions, SessionOptions, _compression
 from ._outbox import Outbox, OutboxRecord
 from ._puts import Batch, PendingPuts
-from ._connection import Connection, client_identity
+from ._connection import BrokerAddresses, Connection, Endpoint, client_identity
 from ._queue import Queue
 from ._recovery import Recovery
 from ._registry import QueueRegistry
 from ._stats import SessionStats
 from ._telemetry import Telemetry
 from ._requests import ControlRequests, Request
-from ._transport import parse_broker_address
 from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, MessageBatch, QueueState, SessionState
 from ._uri import parse_uri
+from .exceptions import ConnectionError as BmqConnectionError
 from .exceptions import (
     BrokerError,
+    ClosedByBroker,
     ConnectionLost,
     Error,
     InvalidArgumentError,
@@ -62,14 +63,25 @@ class Session:
     reopened with their last options and unacknowledged posts are re-sent with their original
     GUIDs (the broker de-duplicates), so a disconnect is invisible to callers.
 
+    Several addresses (proxies in front of one cluster, say) make the session fail over: it
+    connects to the first that answers, in the order given, and after a lost connection tries
+    the next ones at once (the one just lost last), backing off per ``options.reconnect`` only
+    once every address has failed. A host name that resolves to several IP addresses counts as
+    each of them. Re-sent PUTs keep their GUIDs, so a cluster de-duplicates them whichever
+    address they come through. :attr:`broker` names the address in use; ``Connected`` and
+    ``Reconnected`` events and :meth:`stats` say it too.
+
     Args:
-        broker: ``"tcp://host:port"``.
-        options: :class:`bmq.SessionOptions`; defaults when None.
+        broker: ``"tcp://host:port"``, or a sequence of them in order of preference.
+        options: :class:`bmq.SessionOptions`; defaults when None. ``connect_timeout`` bounds
+            each address's connect + negotiation.
         on_event: shorthand for ``SessionOptions(on_event=...)``.
 
     Raises:
-        ConnectionError: the broker cannot be reached; ClosedByBroker: it refused the session.
-        TimeoutError: connect + negotiation took longer than ``connect_timeout``.
+        InvalidURIError: a malformed address; InvalidArgumentError: an empty list.
+        ConnectionError: no address can be reached (the message names each and its error);
+            ClosedByBroker or AuthenticationError: a broker answered and refused the session.
+        TimeoutError: with one address, connect + negotiation took longer than ``connect_timeout``.
         OutboxError: ``options.outbox_dir`` cannot be used (names it and the OS reason).
 
     Thread-safety: every method may be called from any thread, including from callbacks
@@ -79,16 +91,17 @@ class Session:
 
     def __init__(
         self,
-        broker: str = "tcp://localhost:30114",
+        broker: Union[str, Sequence[str]] = "tcp://localhost:30114",
         options: Optional[SessionOptions] = None,
         *,
         on_event: Optional[Callable[[ev.SessionEvent], None]] = None,
     ) -> None:
         self.options = options = options or SessionOptions()
-        self.broker = broker
-        self._address = parse_broker_address(broker)
+        self.brokers = BrokerAddresses(broker)
+        """The configured broker addresses (``configured``: the strings given, in order)."""
+        self._endpoint: Endpoint = self.brokers.first  # of the current (or last) connection
         # Off: the hot paths test this for None and nothing of OpenTelemetry is imported.
-        self._telemetry = Telemetry(*self._address) if options.opentelemetry else None
+        self._telemetry = Telemetry(self._endpoint.host, self._endpoint.port) if options.opentelemetry else None
         self._compression = cast(CompressionAlgorithmType, options.compression).value  # the default, per post
         self._id = next(_session_ids)
         self._guids = _codec.GuidGenerator(self._id)
@@ -141,10 +154,17 @@ class Session:
         if monitor is not None:
             self._handles.host_healthy = monitor.healthy
             monitor.add_listener(self._on_host_health)
-        self._events.emit(ev.Connected())
+        self._events.emit(ev.Connected(address=self.broker))
+
+    @property
+    def broker(self) -> str:
+        """The broker address in use (``tcp://HOST:PORT``): that of the current connection, or
+        of the last one while reconnecting (the first configured before any)."""
+        return self._endpoint.address
 
     def __repr__(self) -> str:
-        return f"Session({self.broker!r}, state={self._state})"
+        brokers = self.brokers.configured
+        return f"Session({brokers[0] if len(brokers) == 1 else list(brokers)!r}, state={self._state})"
 
     def __enter__(self) -> "Session":
         self._check_running()
@@ -154,21 +174,47 @@ class Session:
         self.stop()
 
     # ---- connection -----------------------------------------------------------------
-    def _connect(self, timeout: float) -> Connection:
-        """Connect and negotiate a new connection (not yet adopted)."""
-        conn = Connection(self._address, self.options.channel_high_watermark, f"{self._id}",
+    def _connect(self, timeout: float, after: Optional[Endpoint] = None) -> Connection:
+        """Connect and negotiate a new connection (not yet adopted) to the first address of
+        :meth:`BrokerAddresses.rotation` that answers, ``timeout`` seconds for each.
+
+        Raises:
+            The one address's error; with several, the first refusal by a broker that answered
+            (ClosedByBroker, AuthenticationError), else a ConnectionError naming every failure.
+        """
+        failures: List[Tuple[Endpoint, BaseException]] = []
+        for endpoint in self.brokers.rotation(after):
+            try:
+                return self._connect_to(endpoint, timeout)
+            except (Error, OSError) as exc:
+                if isinstance(exc, SessionClosedError):
+                    raise
+                failures.append((endpoint, exc))
+                if len(self.brokers) > 1:
+                    logger.info("cannot connect to %s: %s", endpoint.address, exc)
+        if len(failures) == 1:
+            raise failures[0][1]
+        refused = [exc for _, exc in failures if isinstance(exc, ClosedByBroker) or not isinstance(exc, OSError)]
+        if refused:
+            raise refused[0]
+        detail = "; ".join(f"{endpoint.address}: {exc}" for endpoint, exc in failures)
+        raise BmqConnectionError(f"cannot connect to any of {len(failures)} broker addresses: {detail}") \
+            from failures[-1][1]
+
+    def _connect_to(self, endpoint: Endpoint, timeout: float) -> Connection:
+        conn = Connection((endpoint.host, endpoint.port), self.options.channel_high_watermark, f"{self._id}",
                           self._puts.handle_acks, self._deliveries.handle_push, self._handle_control,
-                          self._recovery.connection_lost, self.options.busy_poll)
+                          self._recovery.connection_lost, self.options.busy_poll, endpoint)
         with self._lock:
             self._check_running()
             self._connecting = conn  # so that stop() can abort a slow negotiation
         try:
-            conn.establish(client_identity(self._id, self._guids, self.options.user_agent), self.broker, timeout,
-                           self.options.credential)
+            conn.establish(client_identity(self._id, self._guids, self.options.user_agent), endpoint.address,
+                           timeout, self.options.credential)
         finally:
             with self._lock:
                 self._connecting = None
-        logger.info("connected to %s (session %d)", self.broker, self._id)
+        logger.info("connected to %s (session %d)", endpoint.address, self._id)
         return conn
 
     def _adopt(self, conn: Connection) -> None:
@@ -176,6 +222,8 @@ class Session:
         if conn.transport.closed:
             raise ConnectionLost(f"connection to {self.broker} lost right after negotiation")
         self._conn = conn
+        if conn.endpoint is not None:
+            self._endpoint = conn.endpoint
         self._generation += 1
         self._new_style = conn.new_style_properties
         if self.options.credential is not None:

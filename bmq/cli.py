@@ -1,8 +1,9 @@
 """The ``bmq`` command line (also ``python -m bmq``).
 
 Subcommands: ``broker`` (run the embedded broker), ``post``, ``consume`` and ``bench``. Every
-client command takes ``--broker ADDR``; without it an embedded broker is started in-process,
-so the commands work on a machine with no BlazingMQ installed.
+client command takes ``--broker ADDR``, several times for a session that fails over between
+them; without it an embedded broker is started in-process, so the commands work on a machine
+with no BlazingMQ installed.
 
 Errors are one line on stderr and exit code 2 for bad input or an unreachable broker (1 for
 other failures), unless ``--debug`` asks for the traceback.
@@ -340,7 +341,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     results = []
     # A broker in this process would share the GIL with the client being measured.
     with broker_address(args.broker, separate_process=True) as address:
-        where = args.broker or f"embedded broker {address}"
+        where = ", ".join(args.broker) if args.broker else f"embedded broker {address}"
         print(f"bmq bench: {args.count:,} messages of {args.size} B, {args.producers} producer(s), "
               f"{args.consumers} consumer(s), via {where}", file=sys.stderr)
         progress = Progress("bmq      ", args.count)
@@ -360,7 +361,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                       "(pip install 'bmq[bench]')", file=sys.stderr)
             else:
                 progress = Progress("blazingmq", args.count)
-                results.append(_bench.run_official(address, args.uri + "-official", size=args.size,
+                # The official SDK takes one address: the first.
+                first = address if isinstance(address, str) else address[0]
+                results.append(_bench.run_official(first, args.uri + "-official", size=args.size,
                                                    count=args.count, producers=args.producers,
                                                    consumers=args.consumers, timeout=args.timeout,
                                                    progress=progress.advance))
@@ -422,8 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def client_command(name: str, help_text: str) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help_text, description=help_text)
-        command.add_argument("--broker", metavar="ADDR",
-                             help="broker address, e.g. tcp://localhost:30114 (default: start an embedded broker)")
+        command.add_argument("--broker", metavar="ADDR", action="append",
+                             help="broker address, e.g. tcp://localhost:30114; give it several times to fail "
+                                  "over between them, in that order (default: start an embedded broker)")
         command.add_argument("--auth", metavar="MECHANISM",
                              help=f"authenticate with MECHANISM (e.g. BASIC); the secret is read from "
                                   f"${AUTH_DATA_VARIABLE}")

@@ -84,8 +84,30 @@ class QueueEvent(SessionEvent):
         return f"<{type(self).__name__}({self.queue_uri!r}{detail})>"
 
 
-class Connected(SessionEvent):
-    """The session connected and negotiated with the broker."""
+class _BrokerEvent(SessionEvent):
+    """An event about a connection to one broker address.
+
+    Attributes:
+        address: the address connected to (``tcp://HOST:PORT``), or None. Informational: events
+            compare equal by type and message alone, so ``event == Connected()`` holds whichever
+            address a session uses.
+    """
+
+    __slots__ = ("address",)
+
+    def __init__(self, message: Optional[str] = None, *, address: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.address = address
+
+    def __repr__(self) -> str:
+        detail = [repr(self.message)] if self.message else []
+        if self.address is not None:
+            detail.append(f"address={self.address!r}")
+        return f"<{type(self).__name__}({', '.join(detail)})>"
+
+
+class Connected(_BrokerEvent):
+    """The session connected and negotiated with the broker (``address``: which one)."""
 
     __slots__ = ()
 
@@ -111,8 +133,9 @@ class AuthenticationFailed(SessionEvent):
     __slots__ = ()
 
 
-class Reconnected(SessionEvent):
-    """A new connection is negotiated; queues are being reopened."""
+class Reconnected(_BrokerEvent):
+    """A new connection is negotiated (``address``: with which broker address); queues are
+    being reopened."""
 
     __slots__ = ()
 

@@ -56,6 +56,12 @@ class Proxy:
         self._closed = True
         self._flowing.set()
         try:
+            # Closing alone would leave the socket listening while the acceptor thread sits in
+            # accept(); shutting it down wakes that thread and refuses new connections.
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
             self._listener.close()
         except OSError:
             pass

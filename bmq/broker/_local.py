@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO, Iterator, Optional
+from typing import IO, Iterator, Optional, Sequence, Union
 
 from ..exceptions import Error
 
@@ -20,12 +20,13 @@ _LISTENING = re.compile(r"listening on (tcp://\S+)")
 
 
 @contextlib.contextmanager
-def broker_address(address: Optional[str] = None, *, separate_process: bool = False,
-                   start_timeout: float = 30.0) -> Iterator[str]:
+def broker_address(address: Union[None, str, Sequence[str]] = None, *, separate_process: bool = False,
+                   start_timeout: float = 30.0) -> Iterator[Union[str, Sequence[str]]]:
     """Yield ``address`` if given, else the address of an embedded broker running for the block.
 
     Args:
-        address: a broker address such as ``"tcp://localhost:30114"``; None starts one.
+        address: a broker address such as ``"tcp://localhost:30114"``, or several (what
+            :class:`bmq.Session` takes); None or empty starts one.
         separate_process: run the embedded broker in a child Python process
             (``python -m bmq.broker --port 0``) instead of threads of this one, so that it
             does not share the GIL with the client: what benchmarks want.

@@ -58,7 +58,9 @@ def test_every_client_command_takes_broker():
     parser = build_parser()
     for argv in (["post", "bmq://d/q"], ["consume", "bmq://d/q"], ["bench"]):
         args = parser.parse_args([*argv, "--broker", "tcp://h:1"])
-        assert args.broker == "tcp://h:1"
+        assert args.broker == ["tcp://h:1"]
+        args = parser.parse_args([*argv, "--broker", "tcp://h:1", "--broker", "tcp://h:2"])
+        assert args.broker == ["tcp://h:1", "tcp://h:2"]
 
 
 def test_bench_worker_failure_wakes_the_run_and_is_reraised():

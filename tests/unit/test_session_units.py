@@ -12,6 +12,7 @@ import pytest
 import bmq
 from bmq import _codec
 from bmq import events as ev
+from bmq._connection import BrokerAddresses
 from bmq._deliveries import Deliveries
 from bmq._dispatch import EventQueue
 from bmq._handles import QueueHandles
@@ -227,6 +228,8 @@ class _FakeSession:
         self._state = bmq.SessionState.STARTED
         self._id = 1
         self.broker = "tcp://fake:1"
+        self.brokers = BrokerAddresses(self.broker)
+        self._endpoint = self.brokers.first
         self.options = bmq.SessionOptions(reconnect=bmq.ReconnectPolicy(initial_delay=0, jitter=0))
         self._registry, self._puts = registry, puts
         self._conn: Any = SimpleNamespace(transport=_FakeTransport())
@@ -235,7 +238,7 @@ class _FakeSession:
     def _stopping(self) -> bool:
         return self._state in (bmq.SessionState.STOPPING, bmq.SessionState.STOPPED)
 
-    def _connect(self, timeout: float) -> Any:
+    def _connect(self, timeout: float, after: Any = None) -> Any:
         conn = SimpleNamespace(transport=_FakeTransport(), close=lambda: None)
         self.connects.append(conn)
         return conn
@@ -302,3 +305,59 @@ def test_recovery_reopens_queues_and_resends_unacknowledged_puts_on_a_new_connec
     kinds = [type(e).__name__ for e in seen]
     assert kinds[:1] == ["ConnectionLost"] and kinds[1] == "Reconnected" and kinds[-1] == "StateRestored"
     assert kinds.count("QueueReopened") == 2 and kinds.count("QueueReopenFailed") == 1
+
+
+class _RecordingCondition:
+    """A condition whose waits return at once and are recorded (the delays asked for)."""
+
+    def __init__(self, lock: Any) -> None:
+        self._condition = threading.Condition(lock)
+        self.waits: List[float] = []
+
+    def __enter__(self) -> Any:
+        return self._condition.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._condition.__exit__(*exc)
+
+    def wait(self, timeout: float = None) -> bool:  # type: ignore[assignment]
+        self.waits.append(timeout)  # type: ignore[arg-type]
+        return False
+
+    def notify_all(self) -> None:
+        self._condition.notify_all()
+
+
+@pytest.mark.parametrize("brokers, waits_before", [
+    (["tcp://fake:1"], [0, 1, 2]),                # one address: every attempt backs off
+    (["tcp://fake:1", "tcp://fake:2"], [0, 1]),   # several: the first round goes at once
+])
+def test_reconnect_backs_off_only_after_a_round_in_which_every_address_failed(registry, brokers, waits_before):
+    from bmq._puts import PendingPuts
+    from bmq._recovery import Recovery
+    from bmq._requests import ControlRequests
+
+    puts = PendingPuts(bmq.SessionOptions(), lambda fn, *args: fn(*args), None)
+    session = _FakeSession(registry, puts)
+    session.brokers = BrokerAddresses(brokers)
+    session.options = bmq.SessionOptions(reconnect=bmq.ReconnectPolicy(initial_delay=1.0, multiplier=2.0, jitter=0))
+    session._wake = wake = _RecordingCondition(session._lock)
+    session._state = bmq.SessionState.RECONNECTING
+    session._conn = None
+    succeed = session._connect
+    failures = [2]
+
+    def connect(timeout: float, after: Any = None) -> Any:
+        if failures[0]:
+            failures[0] -= 1
+            raise bmq.ConnectionError("refused")
+        return succeed(timeout, after)
+
+    session._connect = connect  # type: ignore[method-assign]
+    events = EventQueue(SimpleNamespace(submit=lambda fn, *args: fn(*args)), lambda e: None, 100)  # type: ignore[arg-type]
+    recovery = Recovery(session, ControlRequests(), registry, QueueHandles(FakeBroker().call, session._lock, registry),
+                        puts, events)  # type: ignore[arg-type]
+    recovery._reconnect()
+    assert session._state is bmq.SessionState.STARTED and len(session.connects) == 1
+    # ReconnectPolicy.delay(n) is 1 * 2**n here.
+    assert wake.waits == [2.0 ** n for n in waits_before]
