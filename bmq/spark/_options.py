@@ -86,7 +86,8 @@ class CommonOptions:
     """Settings shared by every direction.
 
     Attributes:
-        broker: ``tcp://host:port`` of the broker (option ``broker``).
+        broker: ``tcp://host:port`` of the broker, or several comma-separated that the
+            sessions fail over between (option ``broker``).
         queue: the queue URI (option ``queue``, required).
         connect_timeout: seconds to connect and negotiate (option ``connectTimeout``).
 

@@ -26,8 +26,10 @@ def connect(options: CommonOptions, ack_timeout: float = 120.0) -> "bmq.Session"
         bmq.ConnectionError: the broker cannot be reached (the message names it).
     """
     session_options = bmq.SessionOptions(connect_timeout=options.connect_timeout, ack_timeout=ack_timeout)
+    # Several addresses, comma-separated, are the session's failover list.
+    brokers = [address.strip() for address in options.broker.split(",") if address.strip()]
     try:
-        return bmq.Session(broker=options.broker, options=session_options)
+        return bmq.Session(broker=brokers, options=session_options)
     except bmq.ConnectionError as e:
         raise type(e)(f"blazingmq: cannot reach the broker at {options.broker}: {e}") from e
 

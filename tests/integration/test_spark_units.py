@@ -46,6 +46,7 @@ from bmq.spark import _schema, _session, _stream, _writer  # noqa: E402
 from bmq.spark._options import ReadOptions, StreamOptions, WriteOptions  # noqa: E402
 from bmq.spark._reader import BlazingMQReader  # noqa: E402
 from bmq.spark._source import BlazingMQDataSource  # noqa: E402
+from realbroker import free_port  # noqa: E402
 
 QUEUE = "bmq://bmq.test.mem.priority/spark-unit"
 
@@ -226,6 +227,13 @@ def test_options_defaults_and_parsing() -> None:
     assert (write.broker, write.property_columns, write.guid_column) == ("tcp://h:1", ("a", "b"), None)
     read = ReadOptions.parse({"queue": QUEUE, "confirm": "false", "numPartitions": "3"})
     assert (read.confirm, read.num_partitions, read.max_messages) == (False, 3, 10_000)
+
+
+def test_comma_separated_brokers_are_the_sessions_failover_list(broker) -> None:
+    dead = "tcp://127.0.0.1:%d" % free_port()
+    options = WriteOptions.parse({"queue": QUEUE, "broker": f"{dead}, {broker.address}"})
+    with _session.connect(options) as session:
+        assert session.brokers.configured == (dead, broker.address) and session.broker == broker.address
 
 
 @pytest.mark.parametrize(
