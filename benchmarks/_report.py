@@ -183,6 +183,56 @@ class RealBrokerProcess(BrokerProcess):
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
+class ClusterProcess(BrokerProcess):
+    """A BlazingMQ cluster as production runs it: ``nodes`` bmqbrkr nodes and a proxy on
+    127.0.0.1, started by ``home/run-cluster`` in a fresh directory; ``address`` is the proxy's.
+    Its CPU is that of every broker (the proxy forwards, the primary stores and replicates, the
+    replicas store). A multi-node cluster serves only the persistent (and broadcast) domains."""
+
+    name = "bmqbrkr cluster (3 nodes + proxy)"
+    domain = "bmq.test.persistent.priority"
+
+    def __init__(self, home: Path, nodes: int = 3) -> None:
+        self._run = str(home / "run-cluster")
+        self._dir = tempfile.mkdtemp(prefix="bmqcluster-bench-")
+        base = _free_port_range(nodes + 1)
+        subprocess.run([self._run, "--nodes", str(nodes), "--base-port", str(base), "--dir", f"{self._dir}/c"],
+                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+        env = dict(line.split("=", 1) for line in Path(f"{self._dir}/c/cluster.env").read_text().split()
+                   if "=" in line)
+        self._pids = [int(value) for key, value in env.items() if key.endswith("_PID")]
+        self.port = int(env["PROXY_PORT"])
+        self.address = f"tcp://127.0.0.1:{self.port}"
+
+    def cpu_seconds(self) -> float:
+        return sum(process_cpu_seconds(pid) for pid in self._pids)
+
+    def stop(self) -> None:
+        subprocess.run([self._run, "--stop", f"{self._dir}/c"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=120)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _free_port_range(count: int) -> int:
+    """The first of ``count`` consecutive ports on 127.0.0.1 that nothing listens on now."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + count > 65535:
+            continue
+        taken = False
+        for port in range(base + 1, base + count):
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    taken = True
+                    break
+        if not taken:
+            return base
+
+
 def default_bmqbrkr_home() -> Path:
     """``../shared/bmqbrkr`` beside the checkout this script is in."""
     return Path(__file__).resolve().parents[2] / "shared" / "bmqbrkr"
