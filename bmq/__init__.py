@@ -45,6 +45,7 @@ from ._options import QueueOptions, ReconnectPolicy, SessionOptions
 from ._queue import Queue
 from ._session import Session
 from ._stats import QueueStats, SessionStats
+from ._tls import client_context as tls_context
 from ._uri import QueueUri, parse_uri
 from ._version import __version__
 from ._types import (
@@ -75,6 +76,7 @@ __all__ = [
     "SessionOptions",
     "QueueOptions",
     "ReconnectPolicy",
+    "tls_context",
     "HostHealthMonitor",
     "ManualHostHealthMonitor",
     "QueueUri",

@@ -20,6 +20,7 @@ import ipaddress
 import logging
 import os
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -35,7 +36,7 @@ from ._transport import Transport, parse_broker_address
 from ._version import __version__
 from .exceptions import (
     AuthenticationError, ClosedByBroker, ConnectionLost, Error, InvalidArgumentError, ProtocolError,
-    SessionClosedError, TimeoutError,
+    SessionClosedError, TimeoutError, TLSError,
 )
 
 __all__ = ["BrokerAddresses", "Connection", "Endpoint", "client_identity"]
@@ -80,12 +81,14 @@ def client_identity(session_id: int, guids: Any, user_agent: str) -> Dict[str, A
 
 class Endpoint(NamedTuple):
     """One place to connect to: ``address`` is ``tcp://HOST:PORT`` as connected (the IP address
-    when a host name resolved to several), ``configured`` the address it came from."""
+    when a host name resolved to several), ``configured`` the address it came from and ``name``
+    its host (what a TLS certificate must name)."""
 
     address: str
     host: str
     port: int
     configured: str
+    name: str
 
 
 class BrokerAddresses:
@@ -123,14 +126,14 @@ class BrokerAddresses:
     def first(self) -> Endpoint:
         """The first configured address, unresolved (what to name before any connection)."""
         text, host, port = self._parsed[0]
-        return Endpoint(_tcp(host, port), host, port, text)
+        return Endpoint(_tcp(host, port), host, port, text, host)
 
     def endpoints(self) -> List[Endpoint]:
         """Every endpoint in order of preference, host names resolved now."""
         out: List[Endpoint] = []
         for text, host, port in self._parsed:
             for ip in _resolve(host, port):
-                endpoint = Endpoint(_tcp(ip, port), ip, port, text)
+                endpoint = Endpoint(_tcp(ip, port), ip, port, text, host)
                 if endpoint not in out:
                     out.append(endpoint)
         return out
@@ -184,13 +187,14 @@ class Connection:
         on_failure: called once with this connection and the error when it dies.
         busy_poll: the transport's busy polling, seconds (see :class:`Transport`).
         endpoint: where ``address`` came from (see :class:`BrokerAddresses`), if anywhere.
+        tls: a client ``ssl.SSLContext`` for TLS (see :class:`Transport`), or None.
     """
 
     def __init__(self, address: Tuple[str, int], high_watermark: int, name: str,
                  on_acks: Callable[[List[bytes]], List[_codec.Latch]], on_push: Callable[[bytes], None],
                  on_control: Callable[[bytes], None],
                  on_failure: Callable[["Connection", BaseException], None], busy_poll: float = 0.0,
-                 endpoint: Optional[Endpoint] = None) -> None:
+                 endpoint: Optional[Endpoint] = None, tls: Optional[ssl.SSLContext] = None) -> None:
         self.endpoint = endpoint
         self.negotiation: "Future[Dict[str, Any]]" = Future()
         self.new_style_properties = True  # the broker reads MESSAGE_PROPERTIES_EX
@@ -200,7 +204,7 @@ class Connection:
         self._name = name
         self._on_acks, self._on_push, self._on_control, self._on_failure = on_acks, on_push, on_control, on_failure
         self.transport = Transport(address, self._on_events, self._on_transport_failure, high_watermark, name,
-                                   busy_poll)
+                                   busy_poll, tls, endpoint.name if endpoint is not None else None)
 
     def establish(self, identity: Dict[str, Any], broker: str, timeout: float,
                   credential: Optional[CredentialSource] = None) -> None:
@@ -227,9 +231,12 @@ class Connection:
             except ConnectionLost as exc:
                 if credential is not None:
                     raise
-                # What a broker that requires authentication does to a client without a credential.
+                # What a broker that requires authentication does to a client without a credential
+                # (and a TLS endpoint to a plaintext client that sent no TLS alert back).
+                hint = ("; over TLS, a terminator that refuses this client's certificate does this too"
+                        if transport.tls is not None else "; if it is a TLS endpoint, set SessionOptions(tls=...)")
                 raise ClosedByBroker(f"broker {broker} closed the connection during negotiation; if it requires "
-                                     f"authentication, set SessionOptions(credential=...)") from exc
+                                     f"authentication, set SessionOptions(credential=...){hint}") from exc
             response = message.get("brokerResponse")
             if response is None:
                 raise ProtocolError(f"expected a brokerResponse, got {sorted(message)}")
@@ -243,9 +250,13 @@ class Connection:
             self.new_style_properties = MESSAGE_PROPERTIES_EX in features.get(FEATURE_MESSAGE_PROPERTIES, ())
             interval = response.get("heartbeatIntervalMs", 3000) / 1000.0
             transport.set_heartbeat(interval, int(response.get("maxMissedHeartbeats", 10)))
-        except BaseException:
+        except BaseException as exc:
             transport.close()
             transport.join(1.0)
+            if isinstance(exc, ConnectionLost) and isinstance(transport.failure, TLSError):
+                # E.g. a TLS 1.3 terminator refusing this client's certificate once the client
+                # thought the handshake done: the alert, not "closed", says what happened.
+                raise transport.failure from exc
             raise
 
     def _authenticate(self, credential: CredentialSource, broker: str, deadline: float) -> None:
@@ -259,6 +270,11 @@ class Connection:
             message = future.result(max(0.0, deadline - time.monotonic()))
         except FutureTimeoutError:
             raise TimeoutError(f"no response from {broker} to {mechanism} authentication in time") from None
+        except ConnectionLost as exc:
+            # A broker refusing the credential answers, then closes; a TLS terminator in front
+            # of it may lose the answer as the broker resets the connection.
+            raise ClosedByBroker(f"broker {broker} closed the connection in answer to {mechanism} authentication "
+                                 f"(a refused credential?): {exc}") from exc
         response = message.get("authenticationResponse")
         if response is None:
             raise ProtocolError(f"expected an authenticationResponse, got {sorted(message)}")

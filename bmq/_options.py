@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import ssl
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
 
 from ._outbox import FSYNC_POLICIES
+from ._tls import client_context
 from ._types import CompressionAlgorithmType
 from .exceptions import ArgumentTypeError, InvalidArgumentError
 
@@ -24,6 +26,18 @@ _KW_ONLY: Any = {"kw_only": True} if sys.version_info >= (3, 10) else {}
 _MIB = 1024 * 1024
 _PRIORITY_MIN = -1_073_741_824
 _PRIORITY_MAX = 1_073_741_823
+
+
+def _tls_option(tls: Any) -> "Optional[ssl.SSLContext]":
+    if tls is None or tls is False:
+        return None
+    if tls is True:
+        return client_context()
+    if not isinstance(tls, ssl.SSLContext):
+        raise ArgumentTypeError(f"tls must be an ssl.SSLContext, True or None, not {type(tls).__name__}")
+    if tls.protocol == ssl.PROTOCOL_TLS_SERVER:
+        raise InvalidArgumentError("tls must be a client context (ssl.PROTOCOL_TLS_CLIENT), not a server's")
+    return tls
 
 
 #: ``(mechanism, data)``: an authentication mechanism (e.g. ``"BASIC"``) and its data.
@@ -212,6 +226,14 @@ class SessionOptions:
             CPU). Polling pauses by itself while answers keep coming later than that (a distant
             broker). 0 never polls: for hosts where a core spent waiting is worth more than
             the latency. At most 0.01; Linux only (elsewhere threads always sleep).
+        tls: TLS to the broker from the first byte of each connection (a TLS terminator in
+            front of bmqbrkr, or a broker's own TLS listener), then the usual authentication
+            and negotiation; every reconnect handshakes again. An ``ssl.SSLContext`` for the
+            client side (:func:`bmq.tls_context` makes one from a CA file and an optional
+            client certificate: certificate and host name verification on, TLS 1.2 at least),
+            True for the system's CAs with those defaults, or None/False for plaintext. The
+            host name checked is the one given in the broker address (also when it resolved
+            to several IP addresses).
 
     Thread-safety: immutable.
     """
@@ -239,6 +261,7 @@ class SessionOptions:
     on_stats: Optional[Callable[["SessionStats"], None]] = None
     opentelemetry: bool = False
     busy_poll: float = 0.0002
+    tls: Union[bool, "ssl.SSLContext", None] = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -273,3 +296,4 @@ class SessionOptions:
         if self.credential is not None and not callable(self.credential):
             check_credential(self.credential)
         object.__setattr__(self, "compression", _compression(self.compression))
+        object.__setattr__(self, "tls", _tls_option(self.tls))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import ssl
 import threading
 import time
 from concurrent.futures import Future
@@ -42,6 +43,7 @@ from .exceptions import (
     QueueStateError,
     SessionClosedError,
     TimeoutError,
+    TLSError,
 )
 
 __all__ = ["Session"]
@@ -81,6 +83,9 @@ class Session:
         InvalidURIError: a malformed address; InvalidArgumentError: an empty list.
         ConnectionError: no address can be reached (the message names each and its error);
             ClosedByBroker or AuthenticationError: a broker answered and refused the session.
+            TLSError: with ``options.tls``, the handshake failed (a certificate that did not
+            verify, named; this client's refused; a plaintext endpoint), or TLS was met
+            without it.
         TimeoutError: with one address, connect + negotiation took longer than ``connect_timeout``.
         OutboxError: ``options.outbox_dir`` cannot be used (names it and the OS reason).
 
@@ -194,7 +199,8 @@ class Session:
                     logger.info("cannot connect to %s: %s", endpoint.address, exc)
         if len(failures) == 1:
             raise failures[0][1]
-        refused = [exc for _, exc in failures if isinstance(exc, ClosedByBroker) or not isinstance(exc, OSError)]
+        refused = [exc for _, exc in failures
+                   if isinstance(exc, (ClosedByBroker, TLSError)) or not isinstance(exc, OSError)]
         if refused:
             raise refused[0]
         detail = "; ".join(f"{endpoint.address}: {exc}" for endpoint, exc in failures)
@@ -204,7 +210,8 @@ class Session:
     def _connect_to(self, endpoint: Endpoint, timeout: float) -> Connection:
         conn = Connection((endpoint.host, endpoint.port), self.options.channel_high_watermark, f"{self._id}",
                           self._puts.handle_acks, self._deliveries.handle_push, self._handle_control,
-                          self._recovery.connection_lost, self.options.busy_poll, endpoint)
+                          self._recovery.connection_lost, self.options.busy_poll, endpoint,
+                          cast(Optional[ssl.SSLContext], self.options.tls))  # __post_init__ made it one
         with self._lock:
             self._check_running()
             self._connecting = conn  # so that stop() can abort a slow negotiation

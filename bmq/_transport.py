@@ -16,12 +16,14 @@ import logging
 import os
 import select
 import socket
+import ssl
 import threading
 import time
 from typing import Callable, Deque, List, Optional, Protocol, Tuple
 
 from . import _codec
-from .exceptions import BandwidthLimitError, ConnectionError, ConnectionLost, Error, InvalidURIError
+from ._tls import TLSChannel, looks_like_tls
+from .exceptions import BandwidthLimitError, ConnectionError, ConnectionLost, Error, InvalidURIError, TLSError
 
 __all__ = ["Transport", "parse_broker_address"]
 
@@ -117,6 +119,11 @@ class Transport:
         name: suffix of the thread names (``bmq-reader-<name>``).
         busy_poll: seconds a thread waiting for an answer (see :meth:`wait_for`) polls the
             socket before it sleeps (see :meth:`_wait`); 0: never.
+        tls: a client ``ssl.SSLContext``: TLS from the first byte (see :mod:`bmq._tls`); the
+            socket stays a plain descriptor that the threads read and write as without TLS,
+            what is written being encrypted as it is written (after events are joined), so
+            coalescing and the write paths are unchanged.
+        server_hostname: the name the broker's certificate must carry (default: the host).
 
     Thread-safety: :meth:`send`, :meth:`send_control` and :meth:`close` may be called from
     any thread; :meth:`connect` once, by the owner.
@@ -130,8 +137,18 @@ class Transport:
         high_watermark: int,
         name: str = "",
         busy_poll: float = 0.0,
+        tls: Optional[ssl.SSLContext] = None,
+        server_hostname: Optional[str] = None,
     ) -> None:
         self.address = address
+        self._tls_context = tls
+        self._server_hostname = server_hostname or address[0]
+        self.tls: Optional[TLSChannel] = None  # once connected with TLS
+        self.failure: Optional[BaseException] = None  # why the connection failed, once it has
+        # Encrypted bytes a write without waiting left over: the next write (by the thread then
+        # holding _writing) sends them first, and the writer thread is woken for them.
+        self._tls_out = b""
+        self._tls_early: List[bytes] = []
         self._on_events = on_events
         self._on_failure = on_failure
         self._high_watermark = high_watermark
@@ -190,6 +207,7 @@ class Transport:
         self.high_watermark_wait = 0.0
         self._heartbeat_interval: Optional[float] = None
         self._max_missed = 0
+        self._negotiated = False  # set_heartbeat was called: the session uses the connection
         self._reader: Optional[threading.Thread] = None
         self._writer: Optional[threading.Thread] = None
 
@@ -205,14 +223,28 @@ class Transport:
         """Open the TCP connection and start the threads.
 
         Raises:
-            ConnectionError: the broker cannot be reached (with host:port).
+            ConnectionError: the broker cannot be reached (with host:port). TLSError: with TLS,
+            the handshake failed (the message says why). TimeoutError: no TLS answer in time.
         """
         host, port = self.address
+        deadline = time.monotonic() + timeout
         try:
             sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
             raise ConnectionError(f"cannot connect to {host}:{port}: {e}") from e
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._tls_context is not None:
+            channel = TLSChannel(self._tls_context, server_hostname=self._server_hostname, peer=f"{host}:{port}")
+            try:
+                channel.handshake(sock, max(0.0, deadline - time.monotonic()))
+            except BaseException:
+                sock.close()
+                raise
+            self.tls = channel
+            # Records that came with the end of the handshake wait in the channel: the reader
+            # thread hands them up before it reads the socket.
+            self._tls_early = channel.decrypt(b"")
+            logger.debug("%r: %s, %s", self, channel.version, channel.cipher)
         sock.settimeout(None)
         with self._lock:
             if self._closed:
@@ -240,10 +272,12 @@ class Transport:
         return epoll, kick
 
     def set_heartbeat(self, interval: float, max_missed: int) -> None:
-        """Start dead-link detection: after ``max_missed`` silent intervals the connection
-        fails with ConnectionLost; ``max_missed == 0`` only answers requests (protocol §10)."""
+        """Start dead-link detection (the negotiation is over): after ``max_missed`` silent
+        intervals the connection fails with ConnectionLost; ``max_missed == 0`` only answers
+        requests (protocol §10)."""
         self._max_missed = max_missed
         self._heartbeat_interval = interval if max_missed > 0 and interval > 0 else None
+        self._negotiated = True
 
     # ---- writing ------------------------------------------------------------------
     def send(self, data: bytes, timeout: float, coalesce: bool = False) -> None:
@@ -340,7 +374,7 @@ class Transport:
             if sent < len(data) and not self._closed:
                 self._queue.appendleft(data[sent:] if sent else data)
                 self._queued += len(data) - sent
-            if self._queue and self._writer_waiting:
+            if (self._queue or self._tls_out) and self._writer_waiting:
                 self._writer_waiting = False  # one wake-up is enough
                 self._not_empty.notify()
             if taken or self._closed:
@@ -377,11 +411,25 @@ class Transport:
         """
         data = batch[0] if len(batch) == 1 else _codec.coalesce_events(batch)
         try:
-            sent = _send_now(self._fd, data)
-            if wait and sent < len(data):
-                self._sock.sendall(memoryview(data)[sent:])  # type: ignore[union-attr]
+            tls = self.tls
+            if tls is None:
+                sent = _send_now(self._fd, data)
+                if wait and sent < len(data):
+                    self._sock.sendall(memoryview(data)[sent:])  # type: ignore[union-attr]
+                    sent = len(data)
+            else:
+                # The plaintext is consumed whole; encrypted bytes the socket does not take at
+                # once wait in _tls_out for the next write (the writer thread's, woken for them).
+                wire = tls.encrypt(data)
+                if self._tls_out:
+                    wire, self._tls_out = self._tls_out + wire, b""
+                written = _send_now(self._fd, wire) if wire else 0
+                if wait and written < len(wire):
+                    self._sock.sendall(memoryview(wire)[written:])  # type: ignore[union-attr]
+                    written = len(wire)
+                self._tls_out = wire[written:]
                 sent = len(data)
-        except OSError as e:
+        except (OSError, TLSError) as e:
             with self._lock:
                 self._writing = False
                 self._has_room.notify_all()  # the reader may be waiting to close the socket
@@ -406,13 +454,13 @@ class Transport:
         queue = self._queue
         while True:
             with self._lock:
-                while (not queue or self._writing) and not self._closed:
+                while ((not queue and not self._tls_out) or self._writing) and not self._closed:
                     self._writer_waiting = True
                     self._not_empty.wait()
                 if self._closed:
                     return
                 self._writing = True
-                batch, size = self._take()
+                batch, size = self._take() if queue else ([b""], 0)  # else: TLS bytes left over
             try:
                 data, _ = self._write(batch, wait=True)
             except ConnectionLost:
@@ -432,6 +480,10 @@ class Transport:
         next_check = 0.0
         woken: List[_codec.Latch] = []  # set by the next wait
         try:
+            if self._tls_early:
+                with self._read_lock:
+                    early, self._tls_early = self._tls_early, []
+                    self._hand_up([event for plain in early for event in self._frames.feed(plain)], woken)
             while True:
                 interval = self._heartbeat_interval
                 now = time.monotonic()
@@ -562,13 +614,29 @@ class Transport:
             if not size:
                 raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
             return size
-        events = self._frames.feed(self._view[:size])
+        tls = self.tls
+        if tls is not None:
+            events = []
+            for plain in tls.decrypt(self._view[:size]):
+                events += self._frames.feed(plain)
+        else:
+            if not self.bytes_in and looks_like_tls(self._view[:size]):
+                raise TLSError(f"{self.address[0]}:{self.address[1]} answered with TLS: it is a TLS endpoint, "
+                               f"set SessionOptions(tls=...)")
+            events = self._frames.feed(self._view[:size])
         self.bytes_in += size
         self.events_in += len(events)
         if events:
             # Only whole events prove the link alive (protocol §10): a stream stuck inside a
             # bogus length must still be detected as dead.
             self._received = True
+        self._hand_up(events, woken)
+        if tls is not None and tls.peer_closed:
+            raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection (TLS close_notify)")
+        return size
+
+    def _hand_up(self, events: List[bytes], woken: List[_codec.Latch]) -> None:
+        """Caller holds _read_lock: answer heartbeats and hand ``events`` up in order."""
         # Consecutive events of one type go up together: the broker sends ACKs and PUSHes in
         # many small events, and the costs of handling one are then paid once per read rather
         # than once per event.
@@ -591,7 +659,6 @@ class Transport:
             latches = on_events(run_type, run)
             if latches:
                 woken += latches
-        return size
 
     def wait_for(self, latch: Answer, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for ``latch`` (a blocking post's answer, or a post
@@ -706,7 +773,10 @@ class Transport:
         if cause is not None and exc.__cause__ is None:
             exc.__cause__ = cause
         if self._shutdown():
-            logger.warning("connection to %s:%s lost: %s", self.address[0], self.address[1], exc)
+            self.failure = exc
+            # Before negotiation ends the connect attempt's caller gets the error itself.
+            logger.log(logging.WARNING if self._negotiated else logging.INFO, "connection to %s:%s lost: %s",
+                       self.address[0], self.address[1], exc)
             self._on_failure(exc)
 
     def close(self) -> None:

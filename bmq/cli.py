@@ -8,7 +8,9 @@ with no BlazingMQ installed.
 Errors are one line on stderr and exit code 2 for bad input or an unreachable broker (1 for
 other failures), unless ``--debug`` asks for the traceback.
 
-``--auth MECHANISM`` authenticates with a broker that requires it; the secret comes from the
+``--tls-ca FILE [--tls-cert FILE --tls-key FILE]`` connects with TLS (a TLS terminator in front
+of the broker, or the embedded broker's ``--tls-cert``). ``--auth MECHANISM`` authenticates with
+a broker that requires it; the secret comes from the
 environment variable ``BMQ_AUTH_DATA`` (for BASIC: ``user:password``), never from the command
 line, where other users of the machine could read it.
 """
@@ -108,20 +110,31 @@ class Progress:
 
 def session_options(args: argparse.Namespace) -> "bmq.SessionOptions":
     """The SessionOptions of a client command: a credential with ``--auth`` (its data read
-    from ``BMQ_AUTH_DATA`` at each connect, so a rotated secret is picked up)."""
+    from ``BMQ_AUTH_DATA`` at each connect, so a rotated secret is picked up), and TLS with
+    ``--tls-ca`` (plus ``--tls-cert``/``--tls-key`` for a client certificate)."""
     import bmq
 
+    options: Dict[str, Any] = {}
+    tls_ca, tls_cert, tls_key = (getattr(args, name, None) for name in ("tls_ca", "tls_cert", "tls_key"))
+    if tls_ca or tls_cert or tls_key:
+        if not tls_ca:
+            raise CommandError("--tls-cert and --tls-key need --tls-ca (the CA that signed the broker's certificate)")
+        try:
+            options["tls"] = bmq.tls_context(tls_ca, cert_file=tls_cert, key_file=tls_key)
+        except bmq.InvalidArgumentError as exc:
+            raise CommandError(str(exc)) from None
     mechanism = getattr(args, "auth", None)
-    if not mechanism:
-        return bmq.SessionOptions()
-    if mechanism.upper() != "ANONYMOUS" and AUTH_DATA_VARIABLE not in os.environ:
-        raise CommandError(f"--auth {mechanism} needs its secret in the environment variable {AUTH_DATA_VARIABLE} "
-                           f"(e.g. user:password for BASIC); it is never taken from the command line")
+    if mechanism:
+        if mechanism.upper() != "ANONYMOUS" and AUTH_DATA_VARIABLE not in os.environ:
+            raise CommandError(f"--auth {mechanism} needs its secret in the environment variable "
+                               f"{AUTH_DATA_VARIABLE} (e.g. user:password for BASIC); it is never taken from the "
+                               f"command line")
 
-    def credential() -> Tuple[str, str]:
-        return mechanism, os.environ.get(AUTH_DATA_VARIABLE, "")
+        def credential() -> Tuple[str, str]:
+            return mechanism, os.environ.get(AUTH_DATA_VARIABLE, "")
 
-    return bmq.SessionOptions(credential=credential)
+        options["credential"] = credential
+    return bmq.SessionOptions(**options)
 
 
 def parse_property(text: str) -> Tuple[str, object, str]:
@@ -431,6 +444,10 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--auth", metavar="MECHANISM",
                              help=f"authenticate with MECHANISM (e.g. BASIC); the secret is read from "
                                   f"${AUTH_DATA_VARIABLE}")
+        command.add_argument("--tls-ca", metavar="FILE",
+                             help="connect with TLS, verifying the broker's certificate against this CA file (PEM)")
+        command.add_argument("--tls-cert", metavar="FILE", help="with --tls-ca: a client certificate (PEM)")
+        command.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         command.add_argument("--stats", action="store_true",
                              help="print the final statistics of every bmq session on stderr")

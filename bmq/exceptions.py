@@ -31,6 +31,7 @@ __all__ = [
     "ConnectionLost",
     "ClosedByBroker",
     "AuthenticationError",
+    "TLSError",
     "TimeoutError",
     "BrokerError",
     "PostError",
@@ -99,6 +100,12 @@ class ConnectionLost(ConnectionError):
 
 class ClosedByBroker(ConnectionError):
     """The broker refused or closed the session."""
+
+
+class TLSError(ConnectionError):
+    """TLS to the broker failed: its certificate did not verify (the message names the
+    verification failure), it refused the handshake or this client's certificate, a TLS
+    record failed, or the endpoint does not speak TLS (or speaks only TLS) as configured."""
 
 
 class AuthenticationError(ClosedByBroker):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, NoReturn, Optional
 
 import pytest
 
 from realbroker import RealBroker
+from tlsutil import Stunnel, make_certificates, openssl_available, stunnel_binary
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("BMQ_SHARED_DIR", ROOT.parent / "shared"))
@@ -22,13 +23,16 @@ CAPTURES = SHARED / "protocol" / "captures"
 BMQBRKR = SHARED / "bmqbrkr"
 
 
-def _require(path: Path, what: str = "the protocol test data") -> Path:
-    if path.is_dir():
-        return path
-    reason = f"{path} not found: {what} lives in ../shared beside the checkout"
+def _missing(reason: str) -> NoReturn:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{reason} (required under CI=true)")
     pytest.skip(reason)
+
+
+def _require(path: Path, what: str = "the protocol test data") -> Path:
+    if path.is_dir():
+        return path
+    _missing(f"{path} not found: {what} lives in ../shared beside the checkout")
 
 
 @pytest.fixture(scope="session")
@@ -70,3 +74,30 @@ def make_bmqbrkr(bmqbrkr_home: Path, tmp_path: Path) -> Iterator[Callable[..., R
     yield make
     for broker in made:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+    """Certificates and keys made for this run by ``openssl`` (see ``tests/tlsutil.py``)."""
+    if not openssl_available():
+        _missing("the openssl command is needed to make the TLS tests' certificates")
+    return make_certificates(tmp_path_factory.mktemp("certificates"))
+
+
+@pytest.fixture
+def make_stunnel(tmp_path: Path) -> Iterator[Callable[..., Stunnel]]:
+    """A factory of TLS terminators (Debian's stunnel4) in front of an address, stopped after
+    the test: ``make_stunnel(upstream, cert, key, client_ca=None)``."""
+    binary = stunnel_binary()
+    if binary is None:
+        _missing("stunnel4 is needed for TLS in front of bmqbrkr (apt-get install stunnel4)")
+    made: List[Stunnel] = []
+
+    def make(upstream: str, cert: Path, key: Path, client_ca: Optional[Path] = None) -> Stunnel:
+        terminator = Stunnel(binary, tmp_path / f"stunnel{len(made)}", upstream, cert, key, client_ca)
+        made.append(terminator)
+        return terminator.start()
+
+    yield make
+    for terminator in made:
+        terminator.stop()

@@ -40,6 +40,8 @@ Known differences from bmqbrkr, all deliberate:
 * A reader's open with an appId the fan-out domain does not configure is refused
   (``E_REFUSED``); bmqbrkr opens it and routes it nothing until such an app exists
   (dynamic appIds, which the embedded broker does not have), so a typo shows at once here.
+* TLS (``Broker(tls=...)``) is the broker's own, from the first byte of the connection, as
+  behind a TLS terminator; bmqbrkr v0.95 has none (its TLS listener is upstream work).
 * A client is alive while it sends bytes, as in bmqbrkr, but bytes still waiting in the
   kernel while its reader thread is busy count too (bmqbrkr's I/O threads never lag).
 """
@@ -49,10 +51,12 @@ from ._queues import DEFAULT_DOMAINS, Domain, StoredMessage
 from ._connection import ClientSession
 from ._server import Broker
 from ._subscriptions import Expression, ExpressionError
+from .._tls import server_context as tls_server_context
 
 __all__ = [
     "Broker",
     "broker_address",
+    "tls_server_context",
     "ClientSession",
     "DEFAULT_DOMAINS",
     "Domain",

@@ -15,6 +15,7 @@ import heapq
 import itertools
 import logging
 import socket
+import ssl
 import struct
 import termios
 import threading
@@ -22,7 +23,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .. import _codec
-from ..exceptions import ProtocolError
+from .._tls import TLSChannel
+from ..exceptions import ProtocolError, TLSError
 from ._queues import QueueHandle
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 _OUTGOING_HIGH_WATERMARK = 64 * 1024 * 1024
 _RECV_SIZE = 256 * 1024
+# A client that starts no TLS handshake in this time (a plaintext client waiting for an answer)
+# is dropped.
+_TLS_HANDSHAKE_TIMEOUT = 10.0
 
 
 class Scheduler:
@@ -95,7 +100,8 @@ class ClientSession:
     any thread; the rest is used by the session's reader thread under the broker lock.
     """
 
-    def __init__(self, broker: "Broker", sock: socket.socket, peer: str, session_id: int) -> None:
+    def __init__(self, broker: "Broker", sock: socket.socket, peer: str, session_id: int,
+                 tls: Optional[ssl.SSLContext] = None) -> None:
         self.id = session_id
         self.peer = peer
         self.client_identity: Dict[str, Any] = {}
@@ -119,6 +125,9 @@ class ClientSession:
         self.missed_heartbeats = 0
         self._broker = broker
         self._sock = sock
+        # With TLS, what is sent is encrypted under _lock as it is queued or written, so the
+        # order of the encrypted records is the order in which the bytes reach the socket.
+        self._tls = TLSChannel(tls, server_side=True, peer=peer) if tls is not None else None
         self._frames = _codec.FrameReader(broker.max_event_size)
         self._out: collections.deque = collections.deque()
         self._out_bytes = 0
@@ -173,6 +182,11 @@ class ClientSession:
                     self._cond.wait(1.0)
             if self._closing:
                 return False
+            if self._tls is not None:
+                try:
+                    data = self._tls.encrypt(data)
+                except TLSError:
+                    return False  # the connection failed: its reader is closing it
             if self._writing or self._out:
                 self._out.append(data)
                 self._out_bytes += len(data)
@@ -294,7 +308,17 @@ class ClientSession:
     # ---- input -----------------------------------------------------------------------
     def _read_loop(self) -> None:
         sock = self._sock
+        tls = self._tls
         try:
+            if tls is not None:
+                tls.handshake(sock, _TLS_HANDSHAKE_TIMEOUT)
+                sock.settimeout(None)
+                logger.debug("client %s: %s, %s", self.peer, tls.version, tls.cipher)
+                # The read that finished the handshake may have brought the client's first
+                # records too (it writes right after its Finished): they are in the channel.
+                early = [event for plain in tls.decrypt(b"") for event in self._frames.feed(plain)]
+                if early:
+                    self._broker._handle_events(self, early)
             while True:
                 if not self._reading.is_set():
                     self._reading.wait()
@@ -305,10 +329,18 @@ class ClientSession:
                     break
                 self.alive = True
                 self.reader_busy = True
-                self._broker._handle_events(self, self._frames.feed(data))
+                if tls is None:
+                    events = self._frames.feed(data)
+                else:
+                    events = []
+                    for plain in tls.decrypt(data):
+                        events += self._frames.feed(plain)
+                self._broker._handle_events(self, events)
                 self.reader_busy = False
         except ProtocolError as exc:
             logger.warning("client %s sent a malformed frame, closing its connection: %s", self.peer, exc)
+        except (TLSError, TimeoutError) as exc:  # TLSError before OSError: it is one
+            logger.warning("client %s: %s; closing its connection", self.peer, exc)
         except OSError as exc:
             logger.debug("client %s: read failed: %s", self.peer, exc)
         except Exception:  # a broker bug must cost one connection, not the broker

@@ -23,6 +23,7 @@ import itertools
 import logging
 import os
 import socket
+import ssl
 import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -83,6 +84,10 @@ class Broker:
             :mod:`bmq.broker._authn`); none by default.
         allow_anonymous: whether a client may negotiate without authenticating (False is
             bmqbrkr's ``anonymousCredential: disallow``: such a client's connection is closed).
+        tls: a server ``ssl.SSLContext`` (:func:`bmq.broker.tls_server_context` makes one,
+            optionally requiring client certificates): every connection starts with a TLS
+            handshake (within 10 s), as a TLS terminator in front of bmqbrkr would; a client
+            that fails it is logged and dropped. None: plaintext.
 
     Attributes:
         faults: the fault-injection switches (:class:`~bmq.broker.Faults`).
@@ -106,7 +111,12 @@ class Broker:
         check_crc: bool = True,
         authenticators: Optional[Mapping[str, Mapping[str, str]]] = None,
         allow_anonymous: bool = True,
+        tls: Optional[ssl.SSLContext] = None,
     ) -> None:
+        if tls is not None and not isinstance(tls, ssl.SSLContext):
+            raise TypeError(f"tls must be a server ssl.SSLContext (see bmq.broker.tls_server_context), "
+                            f"not {type(tls).__name__}")
+        self.tls = tls
         self.host = host
         self._requested_port = port
         self.domains: Dict[str, Domain] = dict(DEFAULT_DOMAINS if domains is None else domains)
@@ -248,7 +258,7 @@ class Broker:
                 return
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            session = ClientSession(self, sock, f"{address[0]}:{address[1]}", next(self._session_ids))
+            session = ClientSession(self, sock, f"{address[0]}:{address[1]}", next(self._session_ids), self.tls)
             with self._lock:
                 self._sessions[session.id] = session
                 self._notify()

@@ -11,6 +11,8 @@ import signal
 import threading
 from typing import List, Optional
 
+from .._tls import server_context as tls_server_context
+from ..exceptions import InvalidArgumentError
 from ._server import Broker
 
 __all__ = ["add_arguments", "run", "main"]
@@ -24,6 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port (default: %(default)s; 0 = any free port)")
     parser.add_argument("--heartbeat-interval-ms", type=int, default=3000, help="heartbeat period (default: %(default)s)")
     parser.add_argument("--max-missed-heartbeats", type=int, default=10, help="drop a client after this many (default: %(default)s)")
+    parser.add_argument("--tls-cert", metavar="FILE", help="serve TLS with this certificate chain (PEM)")
+    parser.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM; default: in that file)")
+    parser.add_argument("--tls-client-ca", metavar="FILE",
+                        help="require client certificates that chain to these CAs (PEM)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every frame (DEBUG)")
 
 
@@ -37,18 +43,29 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",
     )
+    tls = None
+    if args.tls_cert:
+        try:
+            tls = tls_server_context(args.tls_cert, args.tls_key, client_ca_file=args.tls_client_ca)
+        except InvalidArgumentError as exc:
+            logging.getLogger(__name__).error("%s", exc)
+            return 2
+    elif args.tls_key or args.tls_client_ca:
+        logging.getLogger(__name__).error("--tls-key and --tls-client-ca need --tls-cert")
+        return 2
     broker = Broker(
         args.host,
         args.port,
         heartbeat_interval_ms=args.heartbeat_interval_ms,
         max_missed_heartbeats=args.max_missed_heartbeats,
+        tls=tls,
     )
     try:
         broker.start()
     except OSError as exc:
         logging.getLogger(__name__).error("cannot listen on %s:%d: %s", args.host, args.port, exc)
         return 1
-    print(f"bmq broker listening on {broker.address} (Ctrl-C to stop)", flush=True)
+    print(f"bmq broker listening on {broker.address}{' with TLS' if tls else ''} (Ctrl-C to stop)", flush=True)
     stop = threading.Event()
     # Explicit handlers: a shell starts background jobs with SIGINT ignored, and an
     # inherited "ignore" would make Ctrl-C / kill -INT do nothing.

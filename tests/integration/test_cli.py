@@ -171,3 +171,24 @@ def test_stats_prints_the_final_statistics(broker):
     consumed = run_cli("consume", uri, "--broker", broker.address, "--count", "7", "--stats")
     line = next(line for line in consumed.stderr.decode().splitlines() if line.startswith(uri))
     assert line.split()[5:7] == ["7", "7"]  # pushed, confirmed
+
+
+def test_tls_options_post_and_consume_through_a_tls_broker(certificates):
+    from bmq.broker import tls_server_context
+
+    uri = "bmq://bmq.test.mem.priority/cli-tls"
+    tls = ["--tls-ca", str(certificates["ca"]), "--tls-cert", str(certificates["client"]),
+           "--tls-key", str(certificates["client.key"])]
+    context = tls_server_context(certificates["server"], certificates["server.key"], client_ca_file=certificates["ca"])
+    with Broker(tls=context) as secure:
+        posted = run_cli("post", uri, "--broker", secure.address, "--count", "5", *tls)
+        assert posted.returncode == 0, posted.stderr.decode()
+        consumed = run_cli("consume", uri, "--broker", secure.address, "--count", "5", "--timeout", "10", *tls)
+        assert consumed.returncode == 0 and len(consumed.stdout.splitlines()) == 5, consumed.stderr.decode()
+        # Without TLS, or with a CA that did not sign the broker's certificate: one line, exit 2.
+        for extra in ([], ["--tls-ca", str(certificates["other-ca"])]):
+            refused = run_cli("post", uri, "--broker", secure.address, *extra, timeout=60)
+            lines = refused.stderr.decode().strip().splitlines()
+            assert refused.returncode == 2 and len(lines) == 1 and "TLS" in lines[0], lines
+    no_ca = run_cli("post", uri, "--tls-cert", str(certificates["client"]))
+    assert no_ca.returncode == 2 and b"--tls-ca" in no_ca.stderr
