@@ -127,12 +127,12 @@ class BrokerProcess:
 
     name = "embedded broker (own process)"
 
-    def __init__(self) -> None:
+    def __init__(self, extra_args: Sequence[str] = ()) -> None:
         import bmq
 
         root = str(Path(bmq.__file__).resolve().parents[1])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-        self.proc = subprocess.Popen([sys.executable, "-m", "bmq.broker", "--port", "0"], cwd=root,
+        self.proc = subprocess.Popen([sys.executable, "-m", "bmq.broker", "--port", "0", *extra_args], cwd=root,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         banner = self.proc.stdout.readline()  # type: ignore[union-attr]
         if "tcp://" not in banner:
@@ -238,11 +238,12 @@ def default_bmqbrkr_home() -> Path:
     return Path(__file__).resolve().parents[2] / "shared" / "bmqbrkr"
 
 
-def fill_queue(address: str, uri: str, count: int, payload: bytes, chunk: int = 10_000) -> None:
-    """Post ``count`` copies of ``payload`` to ``uri`` with bmq; returns once every one is ACKed."""
+def fill_queue(address: str, uri: str, count: int, payload: bytes, chunk: int = 10_000, options: Any = None) -> None:
+    """Post ``count`` copies of ``payload`` to ``uri`` with bmq (``options``: its
+    ``bmq.SessionOptions``); returns once every one is ACKed."""
     import bmq
 
-    with bmq.Session(address) as session:
+    with bmq.Session(address, options) as session:
         queue = session.open_queue(uri, write=True)
         for first in range(0, count, chunk):
             queue.post_many([payload] * min(chunk, count - first))  # raises unless all SUCCESS

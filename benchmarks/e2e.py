@@ -26,8 +26,9 @@ Consumers drain a queue filled beforehand (by bmq); the clock runs from opening 
 the last confirm. Each figure has the client's CPU seconds per message (this process) and the
 broker's (its process), so that where the time goes is visible.
 
-Usage: ``python benchmarks/e2e.py [--bmqbrkr | --cluster | --broker ADDR] [--patterns p1,p2] [--repeat N]
-[--json FILE]``;
+Usage: ``python benchmarks/e2e.py [--bmqbrkr | --cluster | --broker ADDR] [--tls] [--patterns p1,p2]
+[--repeat N] [--json FILE]``; ``--tls`` measures each bmq pattern over TLS beside plaintext on the
+same path instead of against the official SDK (see :func:`run_tls`);
 with ``--repeat N`` every figure is the median of N runs, the two clients alternating, and each
 pattern's ratio of every run (bmq over the official SDK run right after it) is reported too.
 By default the embedded broker runs in its own process; ``--bmqbrkr`` starts the real broker
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import queue as stdqueue
+import ssl
 import statistics
 import threading
 import time
@@ -76,6 +78,14 @@ def fresh_uri(tag: str) -> str:
     return f"bmq://{DOMAIN}/e2e-{tag}-{next(_names)}-{time.monotonic_ns() % 10**9}"
 
 
+#: Session options by broker address: ``--tls`` registers its TLS addresses' (a client context).
+SESSION_OPTIONS: Dict[str, "bmq.SessionOptions"] = {}
+
+
+def _session(address: str) -> bmq.Session:
+    return bmq.Session(address, SESSION_OPTIONS.get(address))
+
+
 def percentiles(samples: List[float]) -> Dict[str, float]:
     """p50 / p90 / p99 in microseconds of latency samples in seconds."""
     ordered = sorted(samples)
@@ -86,7 +96,7 @@ def percentiles(samples: List[float]) -> Dict[str, float]:
 
 # ---- bmq --------------------------------------------------------------------------------
 def bmq_post_many(address: str, count: int) -> Dict[str, float]:
-    with bmq.Session(address) as session:
+    with _session(address) as session:
         queue = session.open_queue(fresh_uri("bmq-many"), write=True)
         for offset in range(0, count, BATCH):
             queue.post_many([PAYLOAD] * min(BATCH, count - offset))  # raises unless all SUCCESS
@@ -95,7 +105,7 @@ def bmq_post_many(address: str, count: int) -> Dict[str, float]:
 
 def bmq_post(address: str, count: int) -> Dict[str, float]:
     latencies = []
-    with bmq.Session(address) as session:
+    with _session(address) as session:
         queue = session.open_queue(fresh_uri("bmq-one"), write=True)
         for _ in range(count):
             t0 = time.perf_counter()
@@ -114,7 +124,8 @@ def floor_post(address: str, count: int) -> Dict[str, float]:
     from bmq.broker._rawclient import RawClient  # the broker's test client, not bmq's API
 
     latencies = []
-    with RawClient(int(address.rsplit(":", 1)[1])) as client:
+    options = SESSION_OPTIONS.get(address)
+    with RawClient(int(address.rsplit(":", 1)[1]), tls=options.tls if options else None) as client:
         uri = fresh_uri("floor-one")
         client.open(uri, 1, write=True)
         sock = client.sock
@@ -130,7 +141,7 @@ def floor_post(address: str, count: int) -> Dict[str, float]:
             while not acks:
                 try:
                     size = sock.recv_into(buffer)
-                except BlockingIOError:
+                except (BlockingIOError, ssl.SSLWantReadError):  # (a TLS socket: no whole record yet)
                     if time.perf_counter() > deadline:
                         raise RuntimeError(f"bare socket post: no ACK within {client.timeout:g} s") from None
                     continue
@@ -147,14 +158,14 @@ def floor_post(address: str, count: int) -> Dict[str, float]:
 
 
 def bmq_post_threads(address: str, count: int) -> Dict[str, float]:
-    with bmq.Session(address) as session:
+    with _session(address) as session:
         queue = session.open_queue(fresh_uri("bmq-threads"), write=True)
         _in_threads(lambda n: [queue.post(PAYLOAD) for _ in range(n)], count)
     return {}
 
 
 def bmq_post_async_window(address: str, count: int) -> Dict[str, float]:
-    with bmq.Session(address) as session:
+    with _session(address) as session:
         queue = session.open_queue(fresh_uri("bmq-window"), write=True)
         window: "stdqueue.SimpleQueue" = stdqueue.SimpleQueue()
         for i in range(count):
@@ -167,7 +178,7 @@ def bmq_post_async_window(address: str, count: int) -> Dict[str, float]:
 
 
 def bmq_consume_get_confirm(address: str, uri: str, count: int) -> None:
-    with bmq.Session(address) as session:
+    with _session(address) as session:
         queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
         for received in range(count):
             message = queue.get(timeout=30.0)
@@ -185,7 +196,7 @@ def bmq_consume_on_message(address: str, uri: str, count: int) -> None:
         if next(received) == count:
             done.set()
 
-    with bmq.Session(address) as session:
+    with _session(address) as session:
         session.open_queue(uri, read=True, on_message=on_message,
                            options=bmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
         if not done.wait(120):
@@ -193,13 +204,13 @@ def bmq_consume_on_message(address: str, uri: str, count: int) -> None:
 
 
 def bmq_consume_batch(address: str, uri: str, count: int) -> None:
-    with bmq.Session(address) as session:
+    with _session(address) as session:
         queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
         drain_in_batches(session, queue, count, 500)
 
 
 def bmq_consume_get_batch(address: str, uri: str, count: int) -> None:
-    with bmq.Session(address) as session:
+    with _session(address) as session:
         queue = session.open_queue(uri, read=True, batches=True,
                                    options=bmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
         received = 0
@@ -393,6 +404,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     where.add_argument("--cluster", nargs="?", const=str(default_bmqbrkr_home()), metavar="HOME",
                        help="start a 3-node bmqbrkr cluster with a proxy (HOME/run-cluster) and go through the "
                             "proxy, on the persistent domain (replicated ACKs)")
+    parser.add_argument("--tls", action="store_true",
+                        help="each bmq pattern over TLS beside the same in plaintext (the embedded broker's own TLS, "
+                             "or stunnel4 in front of bmqbrkr), and the bare-socket floor of both paths")
     parser.add_argument("--messages", type=int, default=20000, help="messages per throughput pattern")
     parser.add_argument("--posts", type=int, default=4000, help="blocking posts per post pattern")
     parser.add_argument("--patterns", default=",".join([*PRODUCE, *CONSUME]), help="comma-separated patterns")
@@ -400,7 +414,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                         help="run each pattern this many times, the two clients alternating, and report "
                              "medians (a shared machine's noise exceeds most differences)")
     args = parser.parse_args(argv)
-    if blazingmq is None:
+    if blazingmq is None and not args.tls:
         parser.error("the official SDK is needed for the comparison: pip install blazingmq")
     patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
     unknown = sorted(set(patterns) - set(PRODUCE) - set(CONSUME))
@@ -410,6 +424,10 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     global DOMAIN
     if args.cluster:
         DOMAIN = ClusterProcess.domain
+    if args.tls:
+        if args.broker or args.cluster:
+            parser.error("--tls runs on the embedded broker or with --bmqbrkr")
+        return run_tls(args, patterns)
 
     def start_broker() -> BrokerProcess:
         if args.broker:
@@ -492,6 +510,97 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     emit(f"bmq vs official SDK, pattern by pattern ({results.get('broker', '-')}, {len(PAYLOAD)}-byte messages)",
          ["pattern", "bmq msg/s", "official msg/s", "ratio", "bmq CPU us/msg", "official CPU us/msg",
           "broker CPU us/msg (bmq run)"], rows, results, args.json)
+    return results
+
+
+def run_tls(args: Any, patterns: List[str]) -> Dict[str, Any]:
+    """``--tls``: each bmq pattern in plaintext and over TLS on the same path, in the same run.
+
+    Embedded broker: two broker processes alike but for TLS (the broker's own, no extra hop).
+    bmqbrkr: plaintext straight to it, TLS through stunnel4 in front of it (a hop more): there
+    a blocking post is judged against the floor of that path, a bare TLS socket's PUT -> ACK
+    loop through the same terminator. The certificates are made for the run by openssl."""
+    import sys
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from tlsutil import Stunnel, make_certificates, stunnel_binary  # the tests' TLS tools, not bmq's API
+
+    workdir = Path(tempfile.mkdtemp(prefix="bmq-e2e-tls-"))
+    certificates = make_certificates(workdir / "certificates")
+    tls_options = bmq.SessionOptions(tls=bmq.tls_context(certificates["ca"]))
+    results: Dict[str, Any] = {"payload_bytes": len(PAYLOAD), "messages": args.messages, "posts": args.posts,
+                               "repeat": args.repeat, "tls": True}
+    rows = []
+    for pattern in patterns:
+        terminator = None
+        if args.bmqbrkr:
+            plain = RealBrokerProcess(Path(args.bmqbrkr))
+            binary = stunnel_binary()
+            if binary is None:
+                plain.stop()
+                raise SystemExit("--tls --bmqbrkr needs stunnel4 (apt-get install stunnel4)")
+            terminator = Stunnel(binary, workdir / f"stunnel-{pattern}", plain.address, certificates["server"],
+                                 certificates["server.key"]).start()
+            secure, tls_address = plain, terminator.address
+            results["broker"] = "bmqbrkr (TLS through stunnel4)"
+        else:
+            plain = BrokerProcess()
+            secure = BrokerProcess(["--tls-cert", str(certificates["server"]), "--tls-key",
+                                    str(certificates["server.key"])])
+            tls_address = secure.address
+            results["broker"] = "embedded broker (own process; its own TLS)"
+        SESSION_OPTIONS[tls_address] = tls_options
+        try:
+            paths = [("plain", plain, plain.address), ("tls", secure, tls_address)]
+            runs: Dict[str, List[Dict[str, float]]] = {}
+            for _ in range(args.repeat):
+                for label, broker, address in paths:
+                    if pattern in PRODUCE:
+                        ours, _, size = PRODUCE[pattern]
+                        count = getattr(args, size)
+                        for name, run in ((label, ours), (f"floor_{label}", FLOOR.get(pattern))):
+                            if run is not None:
+                                runs.setdefault(name, []).append(
+                                    measure(broker, lambda run=run, address=address: run(address, count), count))
+                    else:
+                        ours, _ = CONSUME[pattern]
+                        count = args.messages
+                        uri = fresh_uri(f"{label}-{pattern}")
+                        fill_queue(address, uri, count, PAYLOAD, BATCH, SESSION_OPTIONS.get(address))
+                        runs.setdefault(label, []).append(measure(
+                            broker, lambda ours=ours, address=address, uri=uri: ours(address, uri, count), count))
+            figures = {name: {key: statistics.median(r[key] for r in measured) for key in measured[0]}
+                       for name, measured in runs.items()}
+            for name, values in figures.items():
+                results.update({f"{name}_{pattern}_{key}": value for key, value in values.items()})
+            ratio = figures["tls"]["msgs_per_s"] / figures["plain"]["msgs_per_s"]
+            results[f"{pattern}_tls_ratio_vs_plaintext"] = ratio
+            rows.append([pattern, figures["plain"]["msgs_per_s"], figures["tls"]["msgs_per_s"], ratio,
+                         figures["plain"]["client_cpu_us_per_msg"], figures["tls"]["client_cpu_us_per_msg"],
+                         figures["tls"]["broker_cpu_us_per_msg"]])
+            if "floor_tls" in figures:
+                floor_plain, floor_tls = figures["floor_plain"], figures["floor_tls"]
+                vs_floor = figures["tls"]["msgs_per_s"] / floor_tls["msgs_per_s"]
+                results[f"{pattern}_tls_ratio_vs_tls_floor"] = vs_floor
+                rows.append([f"  {pattern} floor: bare socket, one thread", floor_plain["msgs_per_s"],
+                             floor_tls["msgs_per_s"], floor_tls["msgs_per_s"] / floor_plain["msgs_per_s"],
+                             floor_plain["client_cpu_us_per_msg"], floor_tls["client_cpu_us_per_msg"], ""])
+                rows.append([f"  {pattern} over TLS / its bare TLS socket floor", "", "", vs_floor, "", "", ""])
+                for q in ("p50", "p99"):
+                    rows.append([f"  {pattern} {q} latency (us)", figures["plain"][f"{q}_us"],
+                                 figures["tls"][f"{q}_us"],
+                                 figures["tls"][f"{q}_us"] / figures["plain"][f"{q}_us"], "", "", ""])
+        finally:
+            if terminator is not None:
+                terminator.stop()
+            plain.stop()
+            if secure is not plain:
+                secure.stop()
+            SESSION_OPTIONS.pop(tls_address, None)
+    emit(f"bmq over TLS vs plaintext, pattern by pattern ({results['broker']}, {len(PAYLOAD)}-byte messages)",
+         ["pattern", "plaintext msg/s", "TLS msg/s", "TLS / plaintext", "plaintext CPU us/msg", "TLS CPU us/msg",
+          "broker CPU us/msg (TLS run)"], rows, results, args.json)
     return results
 
 

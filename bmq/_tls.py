@@ -258,10 +258,13 @@ class TLSChannel:
         """
         chunks: List[bytes] = []
         with self._lock:
-            self._incoming.write(data)
-            read = self._tls.read
+            incoming, tls = self._incoming, self._tls
+            incoming.write(data)
+            read = tls.read
             try:
-                while True:
+                # Read while whole records may be waiting: the usual read ends on a record's
+                # boundary, and stopping there spares the SSLWantReadError a further read raises.
+                while incoming.pending or tls.pending():
                     chunk = read(_HANDSHAKE_READ)
                     if not chunk:  # the peer's close_notify (Python returns b"" for it)
                         self.peer_closed = True

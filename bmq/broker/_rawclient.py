@@ -12,6 +12,7 @@ import collections
 import itertools
 import os
 import socket
+import ssl
 import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
@@ -34,6 +35,8 @@ class RawClient:
         negotiate: send the ClientIdentity and read the BrokerResponse now.
         answer_heartbeats: reply HEARTBEAT_REQ automatically while reading.
         timeout: default seconds for every read.
+        tls: a client ``ssl.SSLContext``: the connection is an ``ssl.SSLSocket`` (its
+            handshake done here), for a TLS listener.
 
     Thread-safety: not thread-safe.
     """
@@ -48,6 +51,7 @@ class RawClient:
         answer_heartbeats: bool = True,
         timeout: float = 5.0,
         identity: Optional[Dict[str, Any]] = None,
+        tls: Optional[ssl.SSLContext] = None,
     ) -> None:
         self.encoding = encoding
         self.guid_generating = guid_generating
@@ -55,6 +59,8 @@ class RawClient:
         self.timeout = timeout
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname="127.0.0.1")
         self.guids = _codec.GuidGenerator()
         self._frames = _codec.FrameReader()
         self._backlog: Deque[bytes] = collections.deque()
