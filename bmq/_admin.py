@@ -720,11 +720,10 @@ def _check_answer(command: str, answer: str) -> None:
 
 
 def _node_name(description: Optional[str]) -> Optional[str]:
-    """``"[node1, 1]"`` -> ``"node1"``."""
-    if not description:
-        return None
-    match = _NODE.match(description)
-    return match.group("name") if match else description
+    """``"[node1, 1]"`` -> ``"node1"``; None for anything else (a node that knows no leader
+    yet reports ``" ** NA **"``)."""
+    match = _NODE.match(description or "")
+    return match.group("name") if match else None
 
 
 def _cluster_status(cluster: str, answer: Dict[str, Any]) -> ClusterStatus:
