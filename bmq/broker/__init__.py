@@ -40,6 +40,8 @@ Known differences from bmqbrkr, all deliberate:
 * A reader's open with an appId the fan-out domain does not configure is refused
   (``E_REFUSED``); bmqbrkr opens it and routes it nothing until such an app exists
   (dynamic appIds, which the embedded broker does not have), so a typo shows at once here.
+* Admin clients get the domain, queue, purge and statistics commands only, always answered in
+  JSON (see :mod:`bmq.broker._admin`); cluster commands are refused with an error.
 * A client is alive while it sends bytes, as in bmqbrkr, but bytes still waiting in the
   kernel while its reader thread is busy count too (bmqbrkr's I/O threads never lag).
 """
