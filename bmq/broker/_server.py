@@ -349,7 +349,8 @@ class Broker:
         run: List[bytes] = []
         for event in events:
             # The type byte without a full header check: _on_data validates each event.
-            if event[4] & 0x3F in _DATA_EVENTS and session.negotiated and not session.disconnected:
+            if event[4] & 0x3F in _DATA_EVENTS and session.negotiated and not session.disconnected \
+                    and not session.admin:  # an admin client's are dropped, as bmqbrkr does
                 run.append(event)
                 continue
             if run:

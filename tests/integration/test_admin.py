@@ -271,3 +271,28 @@ def test_bmqbrkr_killed_fails_the_next_command_within_its_timeout(make_bmqbrkr):
             # it waits (ConnectionLost as the reader sees the socket close).
             admin.command("HELP", timeout=5.0)
         assert time.monotonic() - started < 6.0
+
+
+def test_admin_authenticates_with_a_credential():
+    with Broker(authenticators={"BASIC": {"ops": "s3cret"}}, allow_anonymous=False) as broker:
+        with bmq.Admin(broker.address, credential=("BASIC", "ops:s3cret")) as admin:
+            assert "HELP" in admin.help()
+        with pytest.raises(bmq.AuthenticationError):
+            bmq.Admin(broker.address, credential=("BASIC", "ops:wrong"))
+        with pytest.raises(bmq.ClosedByBroker):
+            bmq.Admin(broker.address, timeout=5.0)
+
+
+def test_embedded_broker_drops_what_an_admin_client_may_not_send(broker):
+    from bmq import _codec, _schema
+
+    uri = fresh("bmq.test.mem.priority")
+    with bmq.Admin(broker.address) as admin:
+        transport = admin._connection.transport
+        open_queue = {"rId": 999, "openQueue": {"handleParameters": {
+            "uri": uri, "qId": 1, "flags": 4, "readCount": 0, "writeCount": 1, "adminCount": 0}}}
+        transport.send_control(_schema.encode_event(open_queue, _codec.ENCODING_JSON, "control"))
+        # Answered in order: once HELP is, the open was dropped, not executed.
+        assert "HELP" in admin.help()
+        with pytest.raises(bmq.AdminCommandError):
+            admin.queue_stats(uri)
