@@ -18,6 +18,7 @@ import json
 import logging
 import re
 import threading
+import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ _JSON = _codec.ENCODING_JSON
 _admin_ids = itertools.count(1)
 _NODE = re.compile(r"^\[(?P<name>.*), (?P<id>-?\d+)\]$")
 _UNDECODABLE = "Unable to decode command"
+_SNAPSHOT_RETRY = 0.25
 
 
 # ---- results ------------------------------------------------------------------------------
@@ -447,7 +449,8 @@ class Admin:
 
     def domains(self) -> List[str]:
         """The domains the broker has loaded (those with a queue opened since it started), as
-        its statistics list them (``STAT SHOW``).
+        its statistics list them (``STAT SHOW``; bmqbrkr answers a few per second, and this
+        retries a refusal for being too frequent until the timeout).
 
         Returns:
             Domain names, sorted.
@@ -612,7 +615,19 @@ class Admin:
 
     # ---- internals ---------------------------------------------------------------------
     def _domain_queues(self) -> Dict[str, Any]:
-        answer = self.command_json("STAT SHOW")
+        # bmqbrkr takes a statistics snapshot for each JSON STAT SHOW, at most 4 per snapshot
+        # interval (1 s by default) counting its own, and refuses more ("... too often"): such a
+        # refusal is retried after a quarter of a second, until the timeout.
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                answer = self.command_json("STAT SHOW", timeout=max(0.0, deadline - time.monotonic()))
+                break
+            except AdminCommandError as exc:
+                if "too often" not in exc.broker_message or time.monotonic() + _SNAPSHOT_RETRY > deadline:
+                    raise
+                logger.debug("admin connection %d: STAT SHOW throttled, retrying", self._id)
+                time.sleep(_SNAPSHOT_RETRY)  # the broker's throttle refills with time: nothing to wait on
         stats = answer.get("stats", "{}")
         try:
             parsed = json.loads(stats) if isinstance(stats, str) else stats

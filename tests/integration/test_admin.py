@@ -296,3 +296,11 @@ def test_embedded_broker_drops_what_an_admin_client_may_not_send(broker):
         assert "HELP" in admin.help()
         with pytest.raises(bmq.AdminCommandError):
             admin.queue_stats(uri)
+
+
+def test_domains_asked_in_a_burst(session, admin):
+    # bmqbrkr refuses a JSON STAT SHOW beyond 4 per second ("too often"); Admin retries those.
+    uri = fresh("bmq.test.mem.broadcast")
+    post(session, uri, [b"x"])
+    for _ in range(8):
+        assert "bmq.test.mem.broadcast" in admin.domains()
