@@ -478,7 +478,8 @@ class Admin:
         return sorted(uri for name in names for uri in self.domain_info(name).queues)
 
     def domain_info(self, domain: str) -> DomainInfo:
-        """A domain's queues, content and configuration (``DOMAINS DOMAIN <name> INFOS``).
+        """A domain's queues, content and configuration (``DOMAINS DOMAIN <name> INFOS``;
+        a cluster node answers it, a proxy does not).
 
         Args:
             domain: the domain's name.
@@ -504,6 +505,9 @@ class Admin:
     def queue_stats(self, uri: str) -> BrokerQueueStats:
         """What the broker holds for a queue (``DOMAINS DOMAIN <d> QUEUE <q> INTERNALS``):
         messages and bytes stored, and per appId the messages held and consumers attached.
+        In a cluster, ask the queue's primary: a replica reports the storage it replicates but
+        no consumers, a node that never saw the queue does not know it, and a proxy's answer
+        is partial.
 
         Args:
             uri: the queue URI (an ``?id=`` part is ignored).
@@ -544,7 +548,8 @@ class Admin:
     def purge(self, uri: str, app_id: Optional[str] = None) -> PurgeResult:
         """Remove every message of a queue, or of one of its appIds
         (``DOMAINS DOMAIN <d> QUEUE <q> PURGE <appId|*>``). Messages delivered but not
-        confirmed go too: their confirms are then ignored.
+        confirmed go too: their confirms are then ignored. In a cluster only the queue's
+        primary purges (its replicas follow); another node or a proxy refuses.
 
         Args:
             uri: the queue URI; its ``?id=`` part names the appId unless ``app_id`` does.

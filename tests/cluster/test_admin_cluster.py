@@ -102,3 +102,28 @@ def test_admin_connection_to_a_killed_node_fails_clearly(cluster: RealCluster):
     with pytest.raises(bmq.ConnectionError):
         bmq.Admin(cluster.node_address(replica), timeout=5.0)
     cluster.start(replica)
+
+
+def test_queue_stats_and_purge_on_the_primary(cluster: RealCluster):
+    """The primary (the leader) holds a queue's storage and executes a purge, which its replicas
+    follow; a replica refuses to purge ("queue is NOT local"); a consumer then gets nothing."""
+    uri = fresh_uri("bmq.test.persistent.fanout")
+    leader = cluster.leader()
+    replica = cluster.replica()
+    with bmq.Session(cluster.proxy_address) as session:
+        writer = session.open_queue(uri, write=True)
+        for i in range(5):
+            writer.post(b"message %d" % i)
+        with bmq.Admin(cluster.node_address(leader), timeout=10.0) as primary:
+            stats = primary.queue_stats(uri)
+            assert (stats.uri, stats.messages, stats.bytes) == (uri, 5, 5 * 9)
+            assert {app: s.messages for app, s in stats.apps.items()} == {"foo": 5, "bar": 5, "baz": 5}
+            assert uri in primary.queues("bmq.test.persistent.fanout")
+            with bmq.Admin(cluster.node_address(replica), timeout=10.0) as other:
+                with pytest.raises(bmq.AdminCommandError, match="NOT local"):
+                    other.purge(uri)
+            assert primary.purge(uri + "?id=foo").messages == 5
+            assert primary.purge(uri).messages == 5  # bar's and baz's, stored once
+            assert primary.queue_stats(uri).messages == 0
+        reader = session.open_queue(uri + "?id=bar", read=True)
+        assert reader.get(timeout=1.0) is None
