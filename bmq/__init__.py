@@ -41,6 +41,9 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
 from . import events, exceptions
 from ._codec import MAX_PAYLOAD_SIZE, deterministic_guid
 from ._health import HostHealthMonitor, ManualHostHealthMonitor
+from ._admin import (
+    Admin, AppStats, BrokerQueueStats, ClusterInfo, ClusterNode, ClusterStatus, DomainInfo, PartitionStatus, PurgeResult,
+)
 from ._options import QueueOptions, ReconnectPolicy, SessionOptions
 from ._queue import Queue
 from ._session import Session
@@ -85,6 +88,15 @@ __all__ = [
     "MAX_PAYLOAD_SIZE",
     "SessionStats",
     "QueueStats",
+    "Admin",
+    "AppStats",
+    "BrokerQueueStats",
+    "ClusterInfo",
+    "ClusterNode",
+    "ClusterStatus",
+    "DomainInfo",
+    "PartitionStatus",
+    "PurgeResult",
     "events",
     "exceptions",
     "__version__",

@@ -54,14 +54,15 @@ _EVENT_AUTHENTICATION = _codec.EVENT_AUTHENTICATION
 CredentialSource = Union[Credential, Callable[[], Credential]]
 
 
-def client_identity(session_id: int, guids: Any, user_agent: str) -> Dict[str, Any]:
+def client_identity(session_id: int, guids: Any, user_agent: str, client_type: str = "E_TCPCLIENT") -> Dict[str, Any]:
     """The NegotiationMessage bmq opens every connection with (``guids``: the session's
-    GuidGenerator, whose client id the broker learns here)."""
+    GuidGenerator, whose client id the broker learns here; None for a client that posts
+    nothing, such as an admin client, ``client_type`` ``"E_TCPADMIN"``)."""
     return {
         "clientIdentity": {
             "protocolVersion": 1,
             "sdkVersion": SDK_VERSION,
-            "clientType": "E_TCPCLIENT",
+            "clientType": client_type,
             "processName": os.path.basename(sys.argv[0] or "python")[:64] or "python",
             "pid": os.getpid(),
             "sessionId": session_id,
@@ -71,8 +72,8 @@ def client_identity(session_id: int, guids: Any, user_agent: str) -> Dict[str, A
             "clusterNodeId": -1,
             "sdkLanguage": "E_UNKNOWN",
             "guidInfo": {
-                "clientId": guids.client_id_hex,
-                "nanoSecondsFromEpoch": guids.nanoseconds_from_epoch,
+                "clientId": guids.client_id_hex if guids is not None else "",
+                "nanoSecondsFromEpoch": guids.nanoseconds_from_epoch if guids is not None else 0,
             },
             "userAgent": f"{user_agent} bmq-python:{__version__}".strip(),
         }

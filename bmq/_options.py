@@ -28,7 +28,12 @@ _PRIORITY_MIN = -1_073_741_824
 _PRIORITY_MAX = 1_073_741_823
 
 
-def _tls_option(tls: Any) -> "Optional[ssl.SSLContext]":
+def tls_context_of(tls: Any) -> "Optional[ssl.SSLContext]":
+    """What ``SessionOptions(tls=...)`` takes, as the client context to use (None: plaintext).
+
+    Raises:
+        ArgumentTypeError: not a context, True or None. InvalidArgumentError: a server context.
+    """
     if tls is None or tls is False:
         return None
     if tls is True:
@@ -296,4 +301,4 @@ class SessionOptions:
         if self.credential is not None and not callable(self.credential):
             check_credential(self.credential)
         object.__setattr__(self, "compression", _compression(self.compression))
-        object.__setattr__(self, "tls", _tls_option(self.tls))
+        object.__setattr__(self, "tls", tls_context_of(self.tls))

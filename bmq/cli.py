@@ -1,9 +1,10 @@
 """The ``bmq`` command line (also ``python -m bmq``).
 
-Subcommands: ``broker`` (run the embedded broker), ``post``, ``consume`` and ``bench``. Every
-client command takes ``--broker ADDR``, several times for a session that fails over between
-them; without it an embedded broker is started in-process, so the commands work on a machine
-with no BlazingMQ installed.
+Subcommands: ``broker`` (run the embedded broker), ``post``, ``consume``, ``bench`` and ``admin``
+(admin commands: ``bmq admin --broker ADDR CLUSTERS LIST``, or a helper flag such as
+``--queue-stats URI``). Every client command takes ``--broker ADDR``, several times for a
+session that fails over between them; without it an embedded broker is started in-process, so
+the commands work on a machine with no BlazingMQ installed.
 
 Errors are one line on stderr and exit code 2 for bad input or an unreachable broker (1 for
 other failures), unless ``--debug`` asks for the traceback.
@@ -424,6 +425,80 @@ def _plot(results, path: str) -> None:
     fig.savefig(path, dpi=100)
 
 
+def _admin_record(value: Any) -> Any:
+    """A helper's result as JSON-serialisable data (dataclasses without their raw answer)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _admin_record(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name != "raw"}
+    if isinstance(value, (list, tuple)):
+        return [_admin_record(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _admin_record(v) for k, v in value.items()}
+    return value
+
+
+def _admin_text(args: argparse.Namespace, result: Any) -> List[str]:
+    """A helper's result as lines for people."""
+    if args.queue_stats:
+        lines = [f"{result.uri}: {result.messages} messages, {result.bytes} bytes, partition {result.partition_id}"]
+        lines += [f"  {app.app_id}: {app.messages} messages, {app.consumers} consumers" for app in result.apps.values()]
+        return lines
+    if args.purge:
+        return [f"purged {result.messages} messages ({result.bytes} bytes) from {result.uri}"
+                + (f" for appId {result.app_id}" if result.app_id else "")]
+    if args.cluster_status is not None:
+        where = f"proxy using {result.active_node}" if result.is_proxy else f"node {result.self_node}"
+        lines = [f"cluster {result.name} as seen by {where}: "
+                 + (f"leader {result.leader} ({result.leader_status}), " if not result.is_proxy else "")
+                 + ("healthy" if result.healthy else "NOT healthy")]
+        for node in result.nodes:
+            primary = f", primary of {', '.join(map(str, node.primary_for))}" if node.primary_for else ""
+            lines.append(f"  {node.name} [{node.node_id}] {node.status}{primary}")
+        lines += [f"  partition {p.partition_id}: primary {p.primary or '-'} ({p.primary_status})"
+                  for p in result.partitions]
+        return lines
+    return [str(item) for item in result]  # --domains, --queues: names
+
+
+def cmd_admin(args: argparse.Namespace) -> int:
+    import bmq
+    from .broker import broker_address
+
+    helpers = [args.domains, args.queues is not None, bool(args.queue_stats), bool(args.purge),
+               args.cluster_status is not None]
+    if sum(helpers) + bool(args.words) != 1:
+        raise CommandError("give either an admin command (e.g. bmq admin HELP) or one of --domains, --queues, "
+                           "--queue-stats, --purge, --cluster-status")
+    options = session_options(args)
+    with broker_address(args.broker) as address, bmq.Admin(address if isinstance(address, str) else address[0],
+                                                            timeout=args.timeout, credential=options.credential,
+                                                            tls=options.tls) as admin:
+        if args.words:
+            command = " ".join(args.words)
+            if args.json and args.words[0].upper() != "ENCODING":
+                command = f"ENCODING JSON_PRETTY {command}"
+            print(admin.command(command).rstrip("\n"))
+            return EXIT_OK
+        result: Any
+        if args.domains:
+            result = admin.domains()
+        elif args.queues is not None:
+            result = admin.queues(args.queues or None)
+        elif args.queue_stats:
+            result = admin.queue_stats(args.queue_stats)
+        elif args.purge:
+            result = admin.purge(args.purge)
+        else:
+            result = admin.cluster_status(args.cluster_status or None)
+    if args.json:
+        print(json.dumps(_admin_record(result), indent=2))
+    else:
+        for line in _admin_text(args, result):
+            print(line)
+    return EXIT_OK
+
+
 def cmd_broker(args: argparse.Namespace) -> int:
     from .broker import cli as broker_cli
 
@@ -501,6 +576,34 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")
     bench.add_argument("--plot", metavar="PNG", help="draw latency histogram and throughput timeline (matplotlib)")
     bench.set_defaults(func=cmd_bench)
+
+    admin_help = "send an admin command to a broker (e.g. bmq admin CLUSTERS LIST), or ask it with a helper flag"
+    admin = sub.add_parser("admin", help=admin_help, description=admin_help + ". The words of COMMAND are joined "
+                           "into one command; bmq admin HELP lists the broker's commands.")
+    admin.add_argument("words", nargs="*", metavar="COMMAND", help="the admin command, e.g. STAT SHOW")
+    admin.add_argument("--broker", metavar="ADDR",
+                       help="broker address, e.g. tcp://localhost:30114 (default: start an embedded broker)")
+    admin.add_argument("--auth", metavar="MECHANISM",
+                       help=f"authenticate with MECHANISM (e.g. BASIC); the secret is read from ${AUTH_DATA_VARIABLE}")
+    admin.add_argument("--tls-ca", metavar="FILE",
+                       help="connect with TLS, verifying the broker's certificate against this CA file (PEM)")
+    admin.add_argument("--tls-cert", metavar="FILE", help="with --tls-ca: a client certificate (PEM)")
+    admin.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
+    admin.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    admin.add_argument("--json", action="store_true",
+                       help="JSON output: pretty JSON from the broker for a COMMAND, the result of a helper as JSON")
+    admin.add_argument("--timeout", type=_positive_float, default=10.0,
+                       help="seconds to connect and to wait for the answer (default 10)")
+    helpers = admin.add_mutually_exclusive_group()
+    helpers.add_argument("--domains", action="store_true", help="list the domains the broker has loaded")
+    helpers.add_argument("--queues", nargs="?", const="", metavar="DOMAIN",
+                         help="list the active queues (of DOMAIN, or of every domain)")
+    helpers.add_argument("--queue-stats", metavar="URI", help="messages and consumers the broker holds for a queue")
+    helpers.add_argument("--purge", metavar="URI",
+                         help="drop every message of a queue (URI?id=APPID: of one appId)")
+    helpers.add_argument("--cluster-status", nargs="?", const="", metavar="CLUSTER",
+                         help="leader, primaries and nodes of a cluster (default: the broker's first)")
+    admin.set_defaults(func=cmd_admin)
     return parser
 
 

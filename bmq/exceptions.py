@@ -34,6 +34,7 @@ __all__ = [
     "TLSError",
     "TimeoutError",
     "BrokerError",
+    "AdminCommandError",
     "PostError",
     "BandwidthLimitError",
     "SessionClosedError",
@@ -147,6 +148,20 @@ class BrokerError(Error):
         self.category = category
         self.code = code
         self.broker_message = broker_message
+
+
+class AdminCommandError(BrokerError):
+    """The broker refused an admin command or could not execute it (see :class:`bmq.Admin`).
+
+    Attributes:
+        command: the command sent.
+        broker_message: the broker's reason, e.g. ``"Domain 'x' doesn't exist"``.
+    """
+
+    def __init__(self, message: str, command: str = "", broker_message: str = "", category: str = "E_UNKNOWN",
+                 code: int = 0):
+        super().__init__(message, category, code, broker_message)
+        self.command = command
 
 
 class PostError(Error):

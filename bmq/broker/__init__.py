@@ -42,6 +42,8 @@ Known differences from bmqbrkr, all deliberate:
   (dynamic appIds, which the embedded broker does not have), so a typo shows at once here.
 * TLS (``Broker(tls=...)``) is the broker's own, from the first byte of the connection, as
   behind a TLS terminator; bmqbrkr v0.95 has none (its TLS listener is upstream work).
+* Admin clients get the domain, queue, purge and statistics commands only, always answered in
+  JSON (see :mod:`bmq.broker._admin`); cluster commands are refused with an error.
 * A client is alive while it sends bytes, as in bmqbrkr, but bytes still waiting in the
   kernel while its reader thread is busy count too (bmqbrkr's I/O threads never lag).
 """

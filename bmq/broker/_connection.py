@@ -107,6 +107,7 @@ class ClientSession:
         self.client_identity: Dict[str, Any] = {}
         self.encoding = _codec.ENCODING_JSON
         self.negotiated = False
+        self.admin = False  # negotiated as an admin client (E_TCPADMIN): admin commands only
         self.disconnected = False
         self.guid_generating = False
         self.reads_new_properties = True

@@ -374,6 +374,41 @@ class Queue:
         held += app.pending
         return [StoredMessage(*m) for m in sorted(held, key=_arrival_order(self._table))]
 
+    def purge(self, app_id: Optional[str]) -> Tuple[int, int]:
+        """Drop every message held for ``app_id`` (for every appId when None), delivered but
+        unconfirmed ones included: their confirms are then ignored as unknown (an admin
+        ``PURGE``).
+
+        Returns:
+            ``(messages, bytes)`` removed: held for the appId, or stored in the queue.
+
+        Raises:
+            KeyError: ``app_id`` is not an appId of the queue.
+        """
+        if app_id is not None and app_id not in self.apps:
+            raise KeyError(app_id)
+        held, held_bytes = self.held, self.bytes
+        removed = 0
+        removed_bytes = 0
+        for app in ([self.apps[app_id]] if app_id is not None else list(self.apps.values())):
+            messages: List[Record] = [*app.pending, *app.redelivery]
+            app.pending.clear()
+            app.redelivery.clear()
+            for guid, consumer in app.outstanding.items():
+                message = consumer.unconfirmed.pop(guid)
+                consumer.unconfirmed_bytes -= len(message[_APP_DATA])
+                if not consumer.unconfirmed and consumer in consumer.stream.retired:
+                    consumer.stream.retired.remove(consumer)
+                messages.append(message)
+            app.outstanding.clear()
+            for message in messages:
+                removed_bytes += len(message[_APP_DATA])
+                self._release(message)
+            removed += len(messages)
+        if app_id is None:
+            return held - self.held, held_bytes - self.bytes
+        return removed, removed_bytes
+
     # ---- consumers -------------------------------------------------------------------
     def app(self, app_id: str) -> Optional[_App]:
         return self.apps.get(app_id)

@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 from .. import _codec, _schema
 from .._protocol import ACK_UNKNOWN, DEFAULT_APP_ID, FEATURE_MESSAGE_PROPERTIES, MESSAGE_PROPERTIES_EX
 from ..exceptions import ProtocolError
+from . import _admin
 from ._connection import ClientSession, Scheduler, shutdown_socket
 from ._authn import Authenticators
 from ._faults import Faults
@@ -358,7 +359,8 @@ class Broker:
         run: List[bytes] = []
         for event in events:
             # The type byte without a full header check: _on_data validates each event.
-            if event[4] & 0x3F in _DATA_EVENTS and session.negotiated and not session.disconnected:
+            if event[4] & 0x3F in _DATA_EVENTS and session.negotiated and not session.disconnected \
+                    and not session.admin:  # an admin client's are dropped, as bmqbrkr does
                 run.append(event)
                 continue
             if run:
@@ -442,6 +444,7 @@ class Broker:
             return
         features = identity.get("features", "") or ""
         session.client_identity = identity
+        session.admin = identity.get("clientType") == "E_TCPADMIN"
         session.encoding = _schema.best_encoding(features)
         session.reads_new_properties = MESSAGE_PROPERTIES_EX in _schema.parse_features(features).get(
             FEATURE_MESSAGE_PROPERTIES, ())
@@ -531,7 +534,8 @@ class Broker:
                     "userAgent": "bmqbrkr:99.99.99",
                 },
                 "heartbeatIntervalMs": self.heartbeat_interval_ms,
-                "maxMissedHeartbeats": self.max_missed_heartbeats,
+                # bmqbrkr announces no dead-link detection to an admin client.
+                "maxMissedHeartbeats": 0 if session.admin else self.max_missed_heartbeats,
             }
         }
 
@@ -544,6 +548,9 @@ class Broker:
             return
         rid = message.get("rId")
         choice = next((key for key in message if key != "rId"), None)
+        if session.admin or choice == "adminCommand":
+            self._on_admin_command(session, rid, choice, message.get(choice or ""))
+            return
         handler = self._REQUESTS.get(choice or "")
         if rid is None or rid < 0 or handler is None:
             logger.warning("client %s: dropping control message %s (rId %s)", session.peer, choice, rid)
@@ -561,6 +568,20 @@ class Broker:
             # no PUSH from another reader thread can slip in between either.
             pushes = self._push_events(session, batch.pop(session, []))
             self._send_control(session, {"rId": rid, reply[0]: reply[1]}, then=pushes)
+
+    def _on_admin_command(self, session: ClientSession, rid: Any, choice: Optional[str], request: Any) -> None:
+        """An admin client's command (see :mod:`bmq.broker._admin`); as bmqbrkr, an admin client
+        sends nothing else and a regular client no admin command: those are dropped."""
+        if not session.admin or choice != "adminCommand" or not isinstance(rid, int) or rid < 0:
+            logger.warning("client %s (%s): dropping control message %s (rId %s)", session.peer,
+                           "admin" if session.admin else "not an admin client", choice, rid)
+            return
+        command = str((request or {}).get("command", ""))
+        with self._lock:
+            text = _admin.execute(command, self.domains, self._queues, self._sessions_snapshot())
+            self._notify()
+        logger.info("admin client %d: %r", session.id, command)
+        self._send_control(session, {"rId": rid, "adminCommandResponse": {"text": text}})
 
     def _open_queue(self, session: ClientSession, request: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
         params = request.get("handleParameters") or {}

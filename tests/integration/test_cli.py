@@ -192,3 +192,40 @@ def test_tls_options_post_and_consume_through_a_tls_broker(certificates):
             assert refused.returncode == 2 and len(lines) == 1 and "TLS" in lines[0], lines
     no_ca = run_cli("post", uri, "--tls-cert", str(certificates["client"]))
     assert no_ca.returncode == 2 and b"--tls-ca" in no_ca.stderr
+
+
+def test_admin_command_and_helpers(broker):
+    uri = "bmq://bmq.test.mem.priority/cli-admin"
+    posted = run_cli("post", uri, "--broker", broker.address, "--count", "3", "--size", "10")
+    assert posted.returncode == 0, posted.stderr.decode()
+
+    raw = run_cli("admin", "--broker", broker.address, "help")  # the words form one command
+    assert raw.returncode == 0, raw.stderr.decode()
+    assert "STAT SHOW" in json.loads(raw.stdout)["help"]["commands"][-1]["command"]
+
+    stats = run_cli("admin", "--broker", broker.address, "--queue-stats", uri, "--json")
+    assert stats.returncode == 0, stats.stderr.decode()
+    record = json.loads(stats.stdout)
+    assert (record["uri"], record["messages"], record["bytes"]) == (uri, 3, 30)
+    assert record["apps"]["__default"] == {"app_id": "__default", "messages": 3, "consumers": 0}
+
+    queues = run_cli("admin", "--broker", broker.address, "--queues", "bmq.test.mem.priority")
+    assert queues.returncode == 0 and uri in queues.stdout.decode().split()
+
+    purged = run_cli("admin", "--broker", broker.address, "--purge", uri)
+    assert purged.returncode == 0, purged.stderr.decode()
+    assert purged.stdout.decode().strip() == f"purged 3 messages (30 bytes) from {uri}"
+    assert broker.queue_messages(uri) == []
+
+
+def test_admin_errors(broker):
+    refused = run_cli("admin", "--broker", broker.address, "CLUSTERS", "LIST")
+    assert refused.returncode == 1
+    assert b"AdminCommandError" in refused.stderr and b"does not support" in refused.stderr
+    nothing = run_cli("admin", "--broker", broker.address)
+    assert nothing.returncode == 2 and b"give either an admin command" in nothing.stderr
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    unreachable = run_cli("admin", "--broker", f"tcp://127.0.0.1:{port}", "HELP", "--timeout", "5")
+    assert unreachable.returncode == 2 and b"cannot connect" in unreachable.stderr

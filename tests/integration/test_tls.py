@@ -227,3 +227,10 @@ def test_tls_context_checks_its_files(certificates, tmp_path):
     context = bmq.tls_context(certificates["ca"])
     assert context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
     assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+def test_admin_commands_over_tls(tls_broker, certificates):
+    with bmq.Admin(tls_broker.address, tls=bmq.tls_context(certificates["ca"]), timeout=10) as admin:
+        assert admin.help()  # the broker's command list came back through TLS
+    with pytest.raises(bmq.ConnectionError):
+        bmq.Admin(tls_broker.address, timeout=2)  # plaintext to a TLS endpoint
