@@ -6,6 +6,7 @@ import random
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
 
+from . import _expression
 from ._outbox import FSYNC_POLICIES
 from ._types import CompressionAlgorithmType
 from .exceptions import ArgumentTypeError, InvalidArgumentError
@@ -112,8 +113,10 @@ class QueueOptions:
             [-1073741824, 1073741823].
         suspends_on_bad_host_health: suspend this queue while the session's host health
             monitor says unhealthy.
-        subscriptions: expression texts (BlazingMQ subscription language, e.g. ``"n > 5"``);
-            each becomes one subscription. Empty = receive everything.
+        subscriptions: expression texts (BlazingMQ subscription language, e.g. ``"n > 5"``,
+            see docs/subscriptions.md); each becomes one subscription. Empty = receive
+            everything. Each is checked here (syntax, limits, types): a wrong one raises
+            :class:`bmq.InvalidArgumentError` naming the expression, the offset and the reason.
 
     Thread-safety: immutable.
     """
@@ -141,7 +144,7 @@ class QueueOptions:
             raise ArgumentTypeError("subscriptions must be a sequence of expression strings, not one string")
         object.__setattr__(self, "subscriptions", tuple(self.subscriptions))
         for text in self.subscriptions:
-            _require(isinstance(text, str) and bool(text.strip()), f"bad subscription expression {text!r}")
+            _expression.check(text)  # bmqbrkr accepts what it cannot use: refuse it here
 
 
 def _compression(value: Union[CompressionAlgorithmType, str, None]) -> CompressionAlgorithmType:

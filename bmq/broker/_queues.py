@@ -9,13 +9,14 @@ Thread-safety: not thread-safe by itself; every call must hold the broker lock.
 from __future__ import annotations
 
 import collections
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, Final, Iterable, List, NamedTuple, Optional, Set, Tuple
 
-from .. import _codec, _uri
+from .. import _codec, _expression, _uri
 from .._protocol import ACK_LIMIT_BYTES, ACK_LIMIT_MESSAGES, ACK_SUCCESS, DEFAULT_APP_ID
 from ..exceptions import InvalidURIError
-from ._subscriptions import Expression, ExpressionError
+from .._expression import Expression, ExpressionError
 
 __all__ = [
     "Domain",
@@ -26,6 +27,8 @@ __all__ = [
     "parse_uri",
     "INVALID_PRIORITY",
 ]
+
+logger = logging.getLogger(__name__)
 
 INVALID_PRIORITY = -(2**31)  # consumerPriority of a deconfigured ("not a consumer") stream
 
@@ -283,7 +286,7 @@ class Queue:
         self._single_app = None if domain.app_ids else self.apps[DEFAULT_APP_ID]
         self._broadcasting = domain.mode == "broadcast"
         self._dedup_seconds = domain.deduplication_time_ms / 1000.0
-        self._values: Dict[bytes, Dict[str, Any]] = {}  # guid -> {name: value}, for expressions
+        self._values: Dict[bytes, Dict[str, Tuple[int, Any]]] = {}  # guid -> properties, for expressions
 
     # ---- storage ---------------------------------------------------------------------
     def expire_dedup(self, now: float) -> None:
@@ -493,12 +496,15 @@ class Queue:
         for session, specs in out.items():
             self._send_pushes(session, specs)
 
-    def property_values(self, message: Record) -> Dict[str, Any]:
-        """``{name: value}`` of a stored message's properties (what expressions see), cached."""
+    def property_values(self, message: Record) -> Dict[str, Tuple[int, Any]]:
+        """``{name: (PROPERTY_* type, value)}`` of a stored message (what expressions see), cached."""
         guid = message[_GUID]
         values = self._values.get(guid)
         if values is None:
-            values = {name: value for name, (_, value) in StoredMessage(*message).properties.items()}
+            try:
+                values = StoredMessage(*message).properties
+            except Exception:  # bmqbrkr reads what it can; an unreadable area has no properties
+                values = {}
             if self._table.get(guid) is not None:  # held: worth keeping
                 self._values[guid] = values
         return values
@@ -507,7 +513,8 @@ class Queue:
         """The consumer a message goes to when expressions select: round robin over the
         top-priority consumers whose expression matches it, that have capacity."""
         props = self.property_values(message)
-        candidates = [c for c in app.consumers if c.expression.matches(props)]
+        get = props.get
+        candidates = [c for c in app.consumers if c.expression.evaluate(get)]
         if not candidates:
             return None
         top = max(c.priority for c in candidates)
@@ -523,7 +530,7 @@ class Queue:
         out: Dict[Any, List[tuple]] = {}
         for app in self.apps.values():
             props = None if all(c.expression.matches_all for c in app.consumers) else self.property_values(message)
-            candidates = [c for c in app.consumers if props is None or c.expression.matches(props)]
+            candidates = [c for c in app.consumers if props is None or c.expression.evaluate(props.get)]
             if not candidates:
                 continue
             top = max(c.priority for c in candidates)
@@ -549,19 +556,42 @@ def _arrival_order(messages: Dict[bytes, Any]) -> Callable[[Record], int]:
     return lambda message: index.get(message[_GUID], len(index))
 
 
-def make_consumers(stream: SubStream, subscriptions: Iterable[Dict[str, Any]]) -> List[Consumer]:
-    """Consumers from ConfigureStream subscriptions (JSON-shaped dicts).
+_MATCH_ALL = Expression("")
+# bmqbrkr's words for its compile errors (bmqeval::ErrorType::toString), for its log line.
+_BROKER_REASONS = {
+    _expression.SYNTAX: "syntax error",
+    _expression.NO_PROPERTIES: "expression does not use any property",
+    _expression.TOO_COMPLEX: "subscription expression is too complex",
+    _expression.TOO_LONG: "subscription expression is too long",
+}
 
-    Raises:
-        StatusError: an expression that does not parse (E_INVALID_ARGUMENT).
+
+def compile_subscription(uri: str, expression: Dict[str, Any]) -> Expression:
+    """The expression of one ConfigureStream subscription, compiled as bmqbrkr does.
+
+    Only ``E_VERSION_1`` texts are compiled; others, and the empty text, match every message.
+    One bmqbrkr cannot compile (syntax, limits) is accepted all the same: it is logged at
+    WARNING with bmqbrkr's ``#BMQ_SUBSCRIPTION_FAILURE`` tag, rc and reason, and matches every
+    message, as bmqbrkr 0.95.14 routes it (the client refuses such texts before sending them).
     """
+    text = expression.get("text", "") or ""
+    if not text or expression.get("version") not in ("E_VERSION_1", 1):
+        return _MATCH_ALL
+    try:
+        return Expression(text)
+    except ExpressionError as exc:
+        logger.warning('#BMQ_SUBSCRIPTION_FAILURE for queue %r: [ expression: "%s", rc: %d, reason: "%s" ] (%s); '
+                       "it matches every message, as in bmqbrkr", uri, text, exc.code,
+                       _BROKER_REASONS.get(exc.code, "unknown error"), exc.reason)
+        return _MATCH_ALL
+
+
+def make_consumers(stream: SubStream, subscriptions: Iterable[Dict[str, Any]]) -> List[Consumer]:
+    """Consumers from ConfigureStream subscriptions (JSON-shaped dicts); an expression is
+    compiled by :func:`compile_subscription` (never refused, as bmqbrkr)."""
     consumers = []
     for subscription in subscriptions:
-        text = (subscription.get("expression") or {}).get("text", "") or ""
-        try:
-            expression = Expression(text)
-        except ExpressionError as exc:
-            raise StatusError("E_INVALID_ARGUMENT", f"invalid subscription expression: {exc}", -1) from exc
+        expression = compile_subscription(stream.handle.uri, subscription.get("expression") or {})
         for info in subscription.get("consumers") or ():
             priority = int(info.get("consumerPriority", INVALID_PRIORITY))
             if priority == INVALID_PRIORITY or int(info.get("consumerPriorityCount", 0)) <= 0:
