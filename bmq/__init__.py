@@ -41,7 +41,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
 from . import events, exceptions
 from ._codec import MAX_PAYLOAD_SIZE, deterministic_guid
 from ._health import HostHealthMonitor, ManualHostHealthMonitor
-from ._options import QueueOptions, ReconnectPolicy, SessionOptions
+from ._options import QueueOptions, ReconnectPolicy, SessionOptions, Subscription
 from ._queue import Queue
 from ._session import Session
 from ._stats import QueueStats, SessionStats
@@ -74,6 +74,7 @@ __all__ = [
     "CompressionAlgorithmType",
     "SessionOptions",
     "QueueOptions",
+    "Subscription",
     "ReconnectPolicy",
     "HostHealthMonitor",
     "ManualHostHealthMonitor",

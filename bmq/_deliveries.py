@@ -79,7 +79,7 @@ class Deliveries:
                     if run:
                         queue._deliver(run)  # type: ignore[union-attr]
                     queue, run = target, []
-                message = Message(payload, guid, target, area, new_style)
+                message = Message(payload, guid, target, area, new_style, sid)
                 if telemetry is not None:
                     telemetry.delivered(message, target._on_message is None)
                 run.append(message)

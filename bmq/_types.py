@@ -149,7 +149,7 @@ class Message:
     # Made once per delivered message, so only what every message needs is set here; _decoded
     # (the properties) and _trace (the OpenTelemetry consumer span, when the session traces)
     # are set when first needed and read with getattr.
-    __slots__ = ("data", "guid", "_area", "_new_style", "_decoded", "_queue", "_trace")
+    __slots__ = ("data", "guid", "_area", "_new_style", "_decoded", "_queue", "_trace", "_sid")
     _trace: Any
     _decoded: Dict[str, Tuple[int, Any]]
 
@@ -160,12 +160,22 @@ class Message:
         queue: "Queue",
         properties_area: Optional[bytes],
         new_style: bool,
+        sid: int = -1,
     ) -> None:
         self.data = data
         self.guid = guid
         self._area = properties_area
         self._new_style = new_style
         self._queue = queue
+        self._sid = sid
+
+    @property
+    def subscription(self) -> Any:
+        """The entry of the queue's ``QueueOptions.subscriptions`` this message matched: the
+        expression text or :class:`bmq.Subscription` as given; None for a queue without
+        subscriptions, and for messages taken in batches (``get_batch``), which do not track it.
+        A message matching several subscriptions comes once, for the one the broker chose."""
+        return self._queue.subscription_of.get(self._sid)
 
     @property
     def queue_uri(self) -> str:

@@ -61,3 +61,77 @@ def test_the_embedded_broker_logs_what_bmqbrkr_logs(broker: Broker, caplog) -> N
         with caplog.at_level("WARNING", logger="bmq.broker._queues"):
             assert client.configure(1, subscriptions=[(7, "false", 0)])[0] == "configureStreamResponse"
     assert '#BMQ_SUBSCRIPTION_FAILURE' in caplog.text and 'expression: "false", rc: -101' in caplog.text
+
+
+def drain(queue: bmq.Queue, count: int, timeout: float = 10.0) -> list:
+    got = []
+    while len(got) < count:
+        message = queue.get(timeout=timeout)
+        assert message is not None, f"{len(got)} of {count} messages"
+        got.append(message)
+    return got
+
+
+def test_the_highest_priority_matching_subscription_takes_a_message(session: bmq.Session,
+                                                                    broker_address: str) -> None:
+    uri = fresh()
+    with bmq.Session(broker_address) as other:
+        high = other.open_queue(uri, read=True, options=bmq.QueueOptions(
+            subscriptions=[bmq.Subscription("n > 5", consumer_priority=2)]))
+        low = session.open_queue(uri, read=True, write=True, options=bmq.QueueOptions(
+            subscriptions=[bmq.Subscription("n > 0", consumer_priority=1)]))
+        low.post_many([b"%d" % n for n in (7, 3, 9, 1)], [{"n": n} for n in (7, 3, 9, 1)])
+        assert sorted(m.data for m in drain(high, 2)) == [b"7", b"9"]
+        assert sorted(m.data for m in drain(low, 2)) == [b"1", b"3"]
+        assert high.get(timeout=0.2) is None and low.get(timeout=0.2) is None
+
+
+def test_a_subscription_keeps_its_own_unconfirmed_limit(session: bmq.Session) -> None:
+    limited = bmq.Subscription("n > 5", max_unconfirmed_messages=2)
+    queue = session.open_queue(fresh(), read=True, write=True, options=bmq.QueueOptions(
+        subscriptions=[limited, "n <= 5"]))
+    queue.post_many([b"%d" % n for n in (1, 7, 2, 8, 9, 3)], [{"n": n} for n in (1, 7, 2, 8, 9, 3)])
+    # 9 matches the full subscription: it waits; 3, behind it, goes to "n <= 5" (same priority).
+    first = drain(queue, 5)
+    assert [(m.data, m.subscription) for m in first] == [
+        (b"1", "n <= 5"), (b"7", limited), (b"2", "n <= 5"), (b"8", limited), (b"3", "n <= 5")]
+    assert queue.get(timeout=0.3) is None
+    first[1].confirm()
+    assert [(m.data, m.subscription) for m in drain(queue, 1)] == [(b"9", limited)]
+
+
+def test_a_full_subscription_holds_back_lower_priorities(session: bmq.Session) -> None:
+    # bmqbrkr's router: a message whose highest matching subscription is full waits, lower
+    # priorities do not take it, and when every subscription it met was full the messages
+    # behind it wait too.
+    limited = bmq.Subscription("n > 5", max_unconfirmed_messages=1, consumer_priority=2)
+    queue = session.open_queue(fresh(), read=True, write=True, options=bmq.QueueOptions(
+        subscriptions=[limited, bmq.Subscription("n > 0", consumer_priority=1)]))
+    queue.post_many([b"%d" % n for n in (7, 3, 8, 2)], [{"n": n} for n in (7, 3, 8, 2)])
+    first = drain(queue, 2)
+    assert [(m.data, m.subscription) for m in first] == [(b"7", limited), (b"3", queue.options.subscriptions[1])]
+    assert queue.get(timeout=0.3) is None
+    first[0].confirm()
+    assert [m.data for m in drain(queue, 2)] == [b"8", b"2"]
+
+
+def test_configure_reroutes_pending_messages_and_loses_none(session: bmq.Session) -> None:
+    uri = fresh()
+    queue = session.open_queue(uri, read=True, write=True, options=bmq.QueueOptions(subscriptions=["n > 5"]))
+    queue.post_many([b"%d" % n for n in (1, 7, 2, 8)], [{"n": n} for n in (1, 7, 2, 8)])
+    delivered = drain(queue, 1)
+    assert [(m.data, m.subscription) for m in delivered] == [(b"7", "n > 5")]
+    # 8 may be on its way or already in the inbox: it stays readable after the configure.
+    session.configure_queue(uri, bmq.QueueOptions(subscriptions=["n < 5", "n == 8"]))
+    rest = drain(queue, 3)
+    assert sorted(m.data for m in rest) == [b"1", b"2", b"8"]
+    assert {m.data: m.subscription for m in rest}[b"1"] == "n < 5"
+    for message in delivered + rest:
+        message.confirm()
+    assert queue.get(timeout=0.3) is None
+
+
+def test_a_queue_without_subscriptions_reports_none(session: bmq.Session) -> None:
+    queue = session.open_queue(fresh(), read=True, write=True)
+    queue.post(b"x", properties={"n": 1})
+    assert queue.get(timeout=10).subscription is None
