@@ -61,7 +61,7 @@ def open_consumer(options: CommonOptions, max_messages: int, max_bytes: int) -> 
     try:
         expression = getattr(options, "subscription", "")
         queue_options = bmq.QueueOptions(max_unconfirmed_messages=max_messages, max_unconfirmed_bytes=max_bytes,
-                                         subscriptions=[expression] if expression else [])
+                                         subscriptions=(expression,) if expression else ())
         return session, session.open_queue(options.queue, read=True, options=queue_options, batches=True)
     except BaseException:
         session.stop()
