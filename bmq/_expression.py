@@ -37,11 +37,13 @@ a missing and for a BINARY property. A comparison with a boolean literal is rewr
 fixed by PR #1551): this module follows the fix.
 
 :func:`parse` applies bmqbrkr's compile rules (what the embedded broker accepts);
-:func:`check` adds the type rules a client applies before sending: an operand that can never
-have the type its operator needs (``"a" + 1``, ``!5``, ``b || 5``), a division by a constant
-zero, or a result that is never a boolean (``n + 1``) is refused, as a part that fails
-whenever it is evaluated is a mistake (even where ``||``/``&&`` may skip it); property types
-are only known per message, so ``s > 5`` passes (it matches messages whose ``s`` is an integer).
+:func:`check` adds what a client checks before sending: an expression that can never be true,
+whatever the message, is refused, naming the part that always fails: an operand that can
+never have the type its operator needs (``"a" + 1 > n``, ``!5 && b``, ``(n > 1) == m``), a
+division by a constant zero, a result that is never a boolean (``n + 1``), or plain logic
+(``n > 1 && false``). It refuses nothing that could select a message: property types are only
+known per message, so ``s > 5`` passes (it matches messages whose ``s`` is an integer above
+5), and so does ``b || 5`` (true when ``b`` is).
 
 Thread-safety: :class:`Expression` objects are immutable and may be shared between threads.
 """
@@ -430,67 +432,110 @@ _ARITH: Mapping[str, Callable[[int, int], int]] = {
 }
 
 
-# ---- static type rules (the client's check) ---------------------------------------------------
+# ---- static rules (the client's check) -------------------------------------------------------
+# What a node can evaluate to, over every possible message: "T"/"F" (true/false), "i" (an
+# integer), "s" (a string); an evaluation error is not an outcome (the empty set: always fails).
 
-_ANY: FrozenSet[str] = frozenset("bis")
-_KIND_NAMES = {"b": "a boolean", "i": "an integer", "s": "a string"}
+_ALL: FrozenSet[str] = frozenset("TFis")
+_BOOL: FrozenSet[str] = frozenset("TF")
+_INT: FrozenSet[str] = frozenset("i")
+_KIND_NAMES = {"T": "a boolean", "F": "a boolean", "i": "an integer", "s": "a string"}
 
 
-def _describe(kinds: FrozenSet[str]) -> str:
-    return " or ".join(_KIND_NAMES[k] for k in sorted(kinds))
+def _describe(outcomes: FrozenSet[str]) -> str:
+    names = [_KIND_NAMES[k] for k in "Tis" if k in outcomes or (k == "T" and "F" in outcomes)]
+    return " or ".join(names) or "never evaluated without error"
 
 
 def _has_property(node: _Node) -> bool:
     return node.op in ("name", "exists") or any(_has_property(arg) for arg in node.args)
 
 
-def _types(text: str, node: _Node) -> FrozenSet[str]:
-    """The types ``node`` can evaluate to; raises ExpressionError where it can never have the
-    type its operator needs (or is a constant that always fails)."""
-    op = node.op
+class _Analysis:
+    """The outcomes of every node of one tree, and the type and arithmetic errors met on the
+    way (a part that fails whenever it is evaluated), in evaluation order."""
 
-    def need(arg: _Node, kinds: FrozenSet[str], what: str) -> FrozenSet[str]:
-        found = _types(text, arg)
-        if not found & kinds:
-            raise ExpressionError(text, arg.pos, f"type error: {what} needs {_describe(kinds)}, "
-                                  f"this operand is {_describe(found)}", E_TYPE)
-        return found
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.errors: List[ExpressionError] = []
 
-    if op == "lit":
-        value = node.value
-        return frozenset("b" if isinstance(value, bool) else "i" if isinstance(value, int) else "s")
-    if op == "name":
-        return _ANY
-    if op == "exists":
-        return frozenset("b")
-    if op == "!":
-        need(node.args[0], frozenset("b"), f"'!' at offset {node.pos}")
-        result = frozenset("b")
-    elif op == "neg":
-        need(node.args[0], frozenset("i"), f"unary '-' at offset {node.pos}")
-        result = frozenset("i")
-    elif op in ("&&", "||"):
-        for arg in node.args:
-            need(arg, frozenset("b"), f"{op!r} at offset {node.pos}")
-        result = frozenset("b")
-    elif op in _COMPARISONS:
-        a = need(node.args[0], frozenset("is"), f"{op!r} at offset {node.pos}")
-        b = need(node.args[1], frozenset("is"), f"{op!r} at offset {node.pos}")
-        if not (a & b & frozenset("is")):
-            raise ExpressionError(text, node.pos, f"type error: {op!r} compares two integers or two strings, "
-                                  f"not {_describe(a)} with {_describe(b)}", E_TYPE)
-        result = frozenset("b")
-    else:
-        for arg in node.args:
-            need(arg, frozenset("i"), f"{op!r} at offset {node.pos}")
-        result = frozenset("i")
-    if not _has_property(node):
-        try:
-            _compile(node)(lambda name: None)
-        except _Fail as failure:
-            raise ExpressionError(text, node.pos, "arithmetic error: division by zero or overflow of "
-                                  "-9223372036854775808 / -1", failure.code) from None
-    return result
+    def fail(self, node: _Node, reason: str, code: int = E_TYPE) -> FrozenSet[str]:
+        self.errors.append(ExpressionError(self.text, node.pos, reason, code))
+        return frozenset()
+
+    def operand(self, owner: _Node, arg: _Node, kinds: FrozenSet[str], what: str) -> FrozenSet[str]:
+        """``arg``'s outcomes within ``kinds``; an error when it has outcomes, none of them fit."""
+        found = self.outcomes(arg)
+        if found and not found & kinds:
+            self.fail(arg, f"type error: {what} at offset {owner.pos} needs {_describe(kinds)}, "
+                           f"this operand is {_describe(found)}")
+        return found & kinds
+
+    def outcomes(self, node: _Node) -> FrozenSet[str]:
+        result = self._outcomes(node)
+        if result and node.op != "lit" and not _has_property(node):
+            try:  # a constant: its one value (or its one failure)
+                value = _compile(node)(lambda name: None)
+            except _Fail:
+                return self.fail(node, "arithmetic error: a constant part divides by zero or overflows "
+                                       "(-9223372036854775808 / -1)", E_ARITHMETIC)
+            result = frozenset(("T" if value else "F") if isinstance(value, bool) else
+                               "i" if isinstance(value, int) else "s")
+        return result
+
+    def _outcomes(self, node: _Node) -> FrozenSet[str]:
+        op = node.op
+        if op == "lit":
+            value = node.value
+            if isinstance(value, bool):
+                return frozenset("T" if value else "F")
+            return frozenset("i" if isinstance(value, int) else "s")
+        if op == "name":
+            return _ALL
+        if op == "exists":
+            return _BOOL
+        if op == "!":
+            inner = self.operand(node, node.args[0], _BOOL, "'!'")
+            return frozenset({"T": "F", "F": "T"}[k] for k in inner)
+        if op == "neg":
+            return self.operand(node, node.args[0], _INT, "unary '-'")
+        left_node, right_node = node.args
+        if op in ("&&", "||"):
+            left = self.operand(node, left_node, _BOOL, repr(op))
+            decisive, other = ("T", "F") if op == "||" else ("F", "T")
+            result = left & frozenset(decisive)
+            if other in left:
+                result |= self.operand(node, right_node, _BOOL, repr(op))
+            return result
+        if op in _COMPARISONS:
+            left = self.operand(node, left_node, frozenset("is"), repr(op))
+            right = self.operand(node, right_node, frozenset("is"), repr(op))
+            if not left or not right:
+                return frozenset()
+            if not left & right:
+                return self.fail(node, f"type error: {op!r} compares two integers or two strings, not "
+                                       f"{_describe(left)} with {_describe(right)}")
+            return _BOOL
+        left = self.operand(node, left_node, _INT, repr(op))
+        right = self.operand(node, right_node, _INT, repr(op))
+        if not left or not right:
+            return frozenset()
+        if op in ("/", "%") and not _has_property(right_node) and _compile(right_node)(lambda name: None) == 0:
+            return self.fail(node, f"arithmetic error: division by zero ({op!r} by a constant 0)", E_ARITHMETIC)
+        return _INT
+
+
+def _refusal(text: str, tree: _Node) -> Optional[ExpressionError]:
+    """Why ``tree`` can never be true, whatever the message, or None when it can be."""
+    analysis = _Analysis(text)
+    result = analysis.outcomes(tree)
+    if "T" in result:
+        return None
+    if analysis.errors:
+        return analysis.errors[-1]  # the last failure met is the one that decides
+    if result & _BOOL:
+        return ExpressionError(text, 0, "it can never be true (whatever the message's properties)", E_TYPE)
+    return ExpressionError(text, 0, f"type error: the expression is {_describe(result)}, not a condition", E_TYPE)
 
 
 # ---- public API -------------------------------------------------------------------------------
@@ -629,10 +674,8 @@ def check(text: Union[str, Any]) -> Expression:
     if not text:
         raise ExpressionError(text, 0, "empty: a queue without subscriptions receives every message", SYNTAX)
     expression = Expression(text)
-    tree = expression._tree
-    assert tree is not None
-    found = _types(text, tree)
-    if "b" not in found:
-        raise ExpressionError(text, 0, f"type error: the expression is {_describe(found)}, "
-                              "not a condition", E_TYPE)
+    assert expression._tree is not None
+    refusal = _refusal(text, expression._tree)
+    if refusal is not None:
+        raise refusal
     return expression

@@ -89,3 +89,51 @@ RELEASED: Dict[str, str] = {
 def cases() -> List[Tuple[str, Properties]]:
     """Every (expression, message properties) case of the corpus."""
     return [(text, props) for text in EXPRESSIONS for props in MESSAGES]
+
+
+_NAMES = ("n", "m", "s", "t", "b", "f", "c", "h", "l", "z", "missing", "exists")
+_LITERALS = ("0", "1", "-1", "5", "-7", "2", "3", "300", "9223372036854775807", "-9223372036854775808", '"abc"',
+             '"ab"', '""', '"z"', '"\u00e9"', "true", "false")
+_BINARY = ("||", "&&", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "%")
+
+
+def generated(count: int, seed: int) -> List[str]:
+    """``count`` random expressions (seeded): well-formed trees over the corpus's properties
+    and every operator, with blanks varied and, for one in five, a token dropped, doubled or
+    swapped (syntax errors, chained comparisons, texts that become valid another way)."""
+    import random
+
+    rng = random.Random(seed)
+
+    def tree(depth: int) -> List[str]:
+        roll = rng.random()
+        if depth <= 0 or roll < 0.3:
+            pick = rng.random()
+            if pick < 0.5:
+                return [rng.choice(_NAMES)]
+            if pick < 0.6:
+                return ["exists", "(", rng.choice(_NAMES), ")"]
+            return [rng.choice(_LITERALS)]
+        if roll < 0.42:
+            return [rng.choice(("!", "~", "-"))] + tree(depth - 1)
+        if roll < 0.52:
+            return ["("] + tree(depth - 1) + [")"]
+        return tree(depth - 1) + [rng.choice(_BINARY)] + tree(depth - 1)
+
+    out: List[str] = []
+    while len(out) < count:
+        tokens = tree(rng.randint(1, 4))
+        if rng.random() < 0.2 and len(tokens) > 1:
+            i = rng.randrange(len(tokens))
+            action = rng.random()
+            if action < 0.34:
+                del tokens[i]
+            elif action < 0.67:
+                tokens.insert(i, tokens[i])
+            else:
+                j = rng.randrange(len(tokens))
+                tokens[i], tokens[j] = tokens[j], tokens[i]
+        text = "".join(token + rng.choice(("", " ", " ", "\t")) for token in tokens).strip()
+        if text and text not in out:
+            out.append(text)
+    return out
