@@ -95,7 +95,7 @@ class Deliveries:
                 target = readers.get((queue_id, sid)) or self._sole_reader(queue_id, sid)
                 if target is None:
                     continue
-                batch = MessageBatch(target, guids, payloads, offsets, areas)
+                batch = MessageBatch(target, guids, payloads, offsets, areas, ((0, sid),))
                 if target.batches:
                     target._deliver_batch(batch)
                     continue

@@ -135,3 +135,16 @@ def test_a_queue_without_subscriptions_reports_none(session: bmq.Session) -> Non
     queue = session.open_queue(fresh(), read=True, write=True)
     queue.post(b"x", properties={"n": 1})
     assert queue.get(timeout=10).subscription is None
+
+
+def test_batch_readers_know_each_message_s_subscription(session: bmq.Session) -> None:
+    queue = session.open_queue(fresh(), read=True, write=True, batches=True,
+                               options=bmq.QueueOptions(subscriptions=["n % 2 == 0", "n % 2 == 1"]))
+    queue.post_many([b"%d" % n for n in range(10)], [{"n": n} for n in range(10)])
+    got: list = []
+    while len(got) < 10:
+        batch = queue.get_batch(max_messages=100, timeout=10)
+        assert batch is not None
+        got += batch.messages()
+    assert sorted((m.data, m.subscription) for m in got) == sorted(
+        (b"%d" % n, "n % 2 == 0" if n % 2 == 0 else "n % 2 == 1") for n in range(10))
