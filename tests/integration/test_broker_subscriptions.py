@@ -148,3 +148,46 @@ def test_batch_readers_know_each_message_s_subscription(session: bmq.Session) ->
         got += batch.messages()
     assert sorted((m.data, m.subscription) for m in got) == sorted(
         (b"%d" % n, "n % 2 == 0" if n % 2 == 0 else "n % 2 == 1") for n in range(10))
+
+
+def _pushes_until_quiet(client: RawClient, quiet: float = 0.4) -> list:
+    """Every PUSH until none came for ``quiet`` seconds (the end of a burst: nothing else to wait on)."""
+    out: list = []
+    try:
+        while True:
+            out += client.pushes(1, timeout=quiet)
+    except TimeoutError:
+        return [(p[6], p[2]) for p in out]
+
+
+def test_routing_among_consumers_is_bmqbrkr_s(broker_address: str) -> None:
+    # Measured on bmqbrkr 0.95.14 and required of the embedded broker: consumers of one
+    # expression take turns; a higher-priority consumer of an expression keeps its messages
+    # from the lower one even when full, until it goes away.
+    port = port_of(broker_address)
+    uri = fresh()
+    with RawClient(port) as writer, RawClient(port) as a, RawClient(port) as b:
+        writer.open(uri, 1, write=True)
+        a.open(uri, 1, read=True)
+        a.configure(1, subscriptions=[(1, "n > 0", 0)])
+        b.open(uri, 1, read=True)
+        b.configure(1, subscriptions=[(1, "n > 0", 0), (2, "n < 0", 0)])
+        for n in (1, 2, -1, 3, 4, -2, 5, 6):
+            writer.put(1, [b"%d" % n], properties={"n": (_codec.PROPERTY_INT32, n)})
+        writer.acks(8)
+        assert _pushes_until_quiet(a) == [(b"1", (1,)), (b"3", (1,)), (b"5", (1,))]
+        assert _pushes_until_quiet(b) == [(b"2", (1,)), (b"-1", (2,)), (b"4", (1,)), (b"-2", (2,)), (b"6", (1,))]
+    uri = fresh()
+    with RawClient(port) as writer, RawClient(port) as high, RawClient(port) as low:
+        writer.open(uri, 1, write=True)
+        high.open(uri, 1, read=True)
+        high.configure(1, subscriptions=[(1, "n > 0", 5)], max_messages=1)
+        low.open(uri, 1, read=True)
+        low.configure(1, subscriptions=[(1, "n > 0", 1)])
+        for n in (1, 2, 3):
+            writer.put(1, [b"%d" % n], properties={"n": (_codec.PROPERTY_INT32, n)})
+        writer.acks(3)
+        assert _pushes_until_quiet(high) == [(b"1", (1,))]
+        assert _pushes_until_quiet(low, 0.1) == []
+        high.close_queue(uri, 1, read=True)
+        assert _pushes_until_quiet(low) == [(b"1", (1,)), (b"2", (1,)), (b"3", (1,))]
