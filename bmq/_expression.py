@@ -100,6 +100,7 @@ _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _DIGITS = frozenset("0123456789")
 _NAME_CHARS = _LETTERS | _DIGITS | frozenset("_.")
 _TWO = {"||": "||", "&&": "&&", "==": "==", "!=": "!=", "<=": "<=", ">=": ">="}
+_HINTS = {"=": "compare with '=='", "&": "'and' is '&&'", "|": "'or' is '||'", "'": "strings are in double quotes"}
 _ONE = {"(": "(", ")": ")", "!": "!", "~": "!", "<": "<", ">": ">", "+": "+", "-": "-", "*": "*", "/": "/", "%": "%"}
 
 
@@ -203,6 +204,9 @@ class _Parser:
             found = "a '\"' that starts no complete string"
         elif token.kind == "invalid":
             found = f"the character {token.text!r}, which is not part of the language"
+            hint = _HINTS.get(token.text)
+            if hint:
+                found += f" ({hint})"
         elif token.kind == "str":
             found = f'the string "{token.text}"'
         elif token.kind in ("int", "overflow"):
