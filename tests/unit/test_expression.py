@@ -27,7 +27,8 @@ def matches(text: str, props=PROPS, types=TYPES) -> bool:
 
 @pytest.mark.parametrize("text, expected", [
     # comparisons of integers, of strings (byte-wise UTF-8)
-    ("n == 5", True), ("n != 5", False), ("n < 6 && n <= 5 && n > 4", True), ("n >= 5 && 5 >= n", True), ("5 == n", True),
+    ("n == 5", True), ("n != 5", False), ("n < 6 && n <= 5 && n > 4", True), ("n >= 5 && 5 >= n", True),
+    ("5 == n", True),
     ('s < t', True), ('s == "abc"', True), ('u > "z"', True), ('s < "abcd"', True),
     # arithmetic: precedence, truncating division, remainder sign, 64-bit wrap-around
     ("n + 2 * 3 == 11", True), ("(n + 2) * 3 == 21", True), ("n - 2 - 2 == 1", True),
@@ -92,7 +93,8 @@ def test_compile_errors_name_offset_and_reason(text: str, offset: int, code: int
 
 @pytest.mark.parametrize("text", [
     "n > -9223372036854775808", "n < 9223372036854775807", "exists(exists)", "exists", "exists.x > 1",
-    "truex", "a.b_c.1 == 1", "b || 5", "n > 1 || 1 / 0 == 1", "s > 5", 's == "a\\"b"', "n>-1", "n - -1 == 6", "--n == 5", "!!b", "a < b == true",
+    "truex", "a.b_c.1 == 1", "b || 5", "n > 1 || 1 / 0 == 1", "s > 5", 's == "a\\"b"', "n>-1", "n - -1 == 6",
+    "--n == 5", "!!b", "a < b == true",
     "(" * 63 + "n" + ")" * 63, "\tn\n>\t1 ", "n > 1 && n > 2 && n > 3",
 ])
 def test_valid_expressions_compile_and_pass_the_type_rules(text: str) -> None:
@@ -118,7 +120,8 @@ def test_string_escapes_are_kept_as_written() -> None:
     ("5 == true && b", 0, "needs a boolean"),
     ("n == 5 < m", 7, "needs an integer or a string"),  # n == (5 < m): a boolean never compares
 ])
-def test_what_can_never_be_true_is_refused_naming_the_part_that_always_fails(text: str, offset: int, words: str) -> None:
+def test_what_can_never_be_true_is_refused_naming_the_part_that_always_fails(text: str, offset: int,
+                                                                            words: str) -> None:
     parse(text)  # bmqbrkr compiles it...
     with pytest.raises(ExpressionError) as info:
         check(text)  # ...and the client refuses it
