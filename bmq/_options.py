@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple, Union
 
 from . import _expression
 from ._outbox import FSYNC_POLICIES
@@ -179,7 +179,7 @@ class QueueOptions:
     max_unconfirmed_bytes: int = 32 * _MIB
     consumer_priority: int = 0
     suspends_on_bad_host_health: bool = False
-    subscriptions: Tuple[Union[str, Subscription], ...] = ()
+    subscriptions: Sequence[Union[str, Subscription]] = ()  # kept as a tuple
 
     def __post_init__(self) -> None:
         _check_consumer(self.consumer_priority, self.max_unconfirmed_messages, self.max_unconfirmed_bytes)
