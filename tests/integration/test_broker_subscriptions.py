@@ -191,3 +191,19 @@ def test_routing_among_consumers_is_bmqbrkr_s(broker_address: str) -> None:
         assert _pushes_until_quiet(low, 0.1) == []
         high.close_queue(uri, 1, read=True)
         assert _pushes_until_quiet(low) == [(b"1", (1,)), (b"2", (1,)), (b"3", (1,))]
+
+
+def test_each_fanout_app_routes_its_copy_by_its_own_subscriptions(broker_address: str) -> None:
+    port = port_of(broker_address)
+    uri = fresh().replace("mem.priority", "mem.fanout")
+    with RawClient(port) as writer, RawClient(port) as foo, RawClient(port) as bar:
+        writer.open(uri, 1, write=True)
+        foo.open(uri + "?id=foo", 1, read=True, sub_id=1, app_id="foo")
+        foo.configure(1, app_id="foo", subscriptions=[(1, "n > 2", 0)])
+        bar.open(uri + "?id=bar", 1, read=True, sub_id=1, app_id="bar")
+        bar.configure(1, app_id="bar", subscriptions=[(3, "n % 2 == 0", 0), (4, "n == 1", 0)])
+        for n in range(1, 6):
+            writer.put(1, [b"%d" % n], properties={"n": (_codec.PROPERTY_INT32, n)})
+        writer.acks(5)
+        assert _pushes_until_quiet(foo) == [(b"3", (1,)), (b"4", (1,)), (b"5", (1,))]
+        assert _pushes_until_quiet(bar) == [(b"1", (4,)), (b"2", (3,)), (b"4", (3,))]
