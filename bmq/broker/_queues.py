@@ -266,7 +266,7 @@ class _App:
     """
 
     __slots__ = ("app_id", "pending", "redelivery", "outstanding", "consumers", "rr", "simple", "top", "groups",
-                 "levels")
+                 "levels", "broadcast_order")
 
     def __init__(self, app_id: str) -> None:
         self.app_id = app_id
@@ -281,6 +281,9 @@ class _App:
         self.top = INVALID_PRIORITY  # the highest consumerPriority among the consumers
         self.groups: List[_Group] = []  # consumers by expression text, as bmqbrkr groups them
         self.levels: List[List[int]] = []  # indexes into groups, by priority, highest first
+        # Consumers not outranked within their group, highest priority first (configure order
+        # within one priority): where a broadcast message is offered, one copy per stream.
+        self.broadcast_order: List[Consumer] = []
 
     def set_consumers(self, consumers: List[Consumer]) -> None:
         self.consumers = consumers
@@ -292,6 +295,8 @@ class _App:
         self.groups = [_Group(members) for members in by_text.values()]
         priorities = sorted({group.priority for group in self.groups}, reverse=True)
         self.levels = [[i for i, group in enumerate(self.groups) if group.priority == p] for p in priorities]
+        highest = {id(c) for group in self.groups for c in group.top}
+        self.broadcast_order = sorted((c for c in consumers if id(c) in highest), key=lambda c: -c.priority)
 
     def held(self) -> int:
         return len(self.pending) + len(self.redelivery) + len(self.outstanding)
@@ -590,16 +595,23 @@ class Queue:
         return values
 
     def _broadcast(self, message: Record) -> None:
+        """Deliver a broadcast message as bmqbrkr does: each reader stream gets one copy, for
+        the first of its subscriptions (highest priority first) that matches it, among those
+        not outranked by a higher-priority subscription of the same expression."""
         out: Dict[Any, List[tuple]] = {}
         for app in self.apps.values():
-            props = None if all(c.expression.matches_all for c in app.consumers) else self.property_values(message)
-            candidates = [c for c in app.consumers if props is None or c.expression.evaluate(props.get)]
-            if not candidates:
-                continue
-            top = max(c.priority for c in candidates)
-            for consumer in candidates:
-                if consumer.priority == top:
-                    _add_push(out, consumer, message, 0)
+            get = None
+            served: Set[int] = set()
+            for consumer in app.broadcast_order:
+                if id(consumer.stream) in served:
+                    continue
+                if not consumer.expression.matches_all:
+                    if get is None:
+                        get = self.property_values(message).get
+                    if not consumer.expression.evaluate(get):
+                        continue
+                served.add(id(consumer.stream))
+                _add_push(out, consumer, message, 0)
         for session, specs in out.items():
             self._send_pushes(session, specs)
 

@@ -207,3 +207,22 @@ def test_each_fanout_app_routes_its_copy_by_its_own_subscriptions(broker_address
         writer.acks(5)
         assert _pushes_until_quiet(foo) == [(b"3", (1,)), (b"4", (1,)), (b"5", (1,))]
         assert _pushes_until_quiet(bar) == [(b"1", (4,)), (b"2", (3,)), (b"4", (3,))]
+
+
+def test_broadcast_gives_each_stream_one_copy_for_its_first_matching_subscription(broker_address: str) -> None:
+    # bmqbrkr: priorities rank subscriptions of one expression only; a stream whose several
+    # subscriptions match gets the message once, for the first (highest priority) of them.
+    port = port_of(broker_address)
+    uri = fresh().replace("mem.priority", "mem.broadcast")
+    with RawClient(port) as writer, RawClient(port) as a, RawClient(port) as b, RawClient(port) as c:
+        writer.open(uri, 1, write=True)
+        for reader, subscriptions in ((a, [(1, "n > 2", 0)]), (b, [(3, "n % 2 == 0", 0), (4, "n < 3", 0)]),
+                                      (c, [(5, "n == 4", 2)])):
+            reader.open(uri, 1, read=True)
+            reader.configure(1, subscriptions=subscriptions)
+        for n in range(1, 6):
+            writer.put(1, [b"%d" % n], properties={"n": (_codec.PROPERTY_INT32, n)})
+        writer.acks(5)
+        assert _pushes_until_quiet(a) == [(b"3", (1,)), (b"4", (1,)), (b"5", (1,))]
+        assert _pushes_until_quiet(b) == [(b"1", (4,)), (b"2", (3,)), (b"4", (3,))]
+        assert _pushes_until_quiet(c) == [(b"4", (5,))]
