@@ -49,7 +49,7 @@ Thread-safety: :class:`Expression` objects are immutable and may be shared betwe
 """
 from __future__ import annotations
 
-from typing import Any, Callable, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
 from . import _codec
 from .exceptions import InvalidArgumentError
@@ -62,7 +62,7 @@ MAX_PROPERTIES = 10
 
 # bmqeval's error codes: compilation (the broker logs them) and evaluation.
 SYNTAX, NO_PROPERTIES, TOO_COMPLEX, TOO_LONG = -100, -101, -102, -103
-E_NAME, E_TYPE, E_BINARY, E_ARITHMETIC = -1, -2, -3, -4
+E_NAME, E_TYPE, E_BINARY, E_ARITHMETIC, E_UNDEFINED = -1, -2, -3, -4, -5
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -353,7 +353,10 @@ def _compile(node: _Node) -> _Eval:
             typed = get(name)
             if typed is None:
                 raise _Fail(E_NAME)
-            return _property(*typed)
+            try:
+                return _property(*typed)
+            except (TypeError, ValueError, AttributeError):  # a value that does not fit its type
+                raise _Fail(E_UNDEFINED) from None
         return read
     if op == "exists":
         name = node.value
@@ -551,8 +554,8 @@ class Expression:
     """A compiled subscription expression (see the module docstring for the language).
 
     Args:
-        text: the expression; empty (or only blanks, with ``allow_empty``) matches everything,
-            as bmqbrkr treats a subscription without expression.
+        text: the expression; empty matches everything, as bmqbrkr treats a subscription
+            without expression (blanks only are a syntax error, as there).
 
     Raises:
         ExpressionError: ``text`` breaks bmqbrkr's compile rules (syntax, limits).
@@ -658,7 +661,7 @@ def parse(text: str) -> Expression:
     return Expression(text)
 
 
-def check(text: Union[str, Any]) -> Expression:
+def check(text: object) -> Expression:
     """Compile ``text`` as a client does before sending it: bmqbrkr's rules and the type rules.
 
     Args:
