@@ -30,8 +30,9 @@ SENTINEL: Properties = {"zzend": (_codec.PROPERTY_BOOL, True)}
 Outcome = Dict[Tuple[int, int], Optional[Tuple[int, ...]]]
 
 
-def run_corpus(port: int, expressions: Sequence[str] = EXPRESSIONS) -> Outcome:
-    """``{(expression index, message index): subscription ids it was delivered to, or None}``."""
+def run_corpus(port: int, expressions: Sequence[str] = EXPRESSIONS, old_style: bool = False) -> Outcome:
+    """``{(expression index, message index): subscription ids it was delivered to, or None}``;
+    ``old_style`` posts the properties in the old encoding, compressed with the payload (zlib)."""
     prefix = f"bmq://bmq.test.mem.priority/corpus-{uuid.uuid4().hex[:10]}-"
     guids: Dict[bytes, Tuple[int, int]] = {}
     sentinels: Dict[bytes, int] = {}
@@ -42,6 +43,14 @@ def run_corpus(port: int, expressions: Sequence[str] = EXPRESSIONS) -> Outcome:
             assert reply[0] == "configureStreamResponse", (text, reply)
         for q_id in range(1, len(expressions) + 1):
             for index, props in enumerate(MESSAGES):
+                if old_style and props:
+                    [guid] = _codec.split_guids(client.put_ids(1))
+                    client.send(_codec.build_put_events(
+                        q_id, guid, [b"%d" % index * 300], _codec.encode_properties(props, new_style=False),
+                        flags=_codec.PUT_ACK_REQUESTED, compression=_codec.COMPRESSION_ZLIB,
+                        new_style_properties=False)[0])
+                    guids[guid] = (q_id - 1, index)
+                    continue
                 for guid in client.put(q_id, [b"%d" % index], properties=props or None):
                     guids[guid] = (q_id - 1, index)
             sentinels[client.put(q_id, [b"end"], properties=SENTINEL)[0]] = q_id
@@ -163,3 +172,14 @@ def test_what_the_client_refuses_never_matched_on_either_broker(bmqbrkr_outcome:
                 refused += 1
                 matched += any(outcome[(e, m)] for m in range(len(MESSAGES)))
     assert refused >= 100 and matched == 0
+
+
+@pytest.mark.parametrize("kind", ["embedded", "bmqbrkr"])
+def test_old_style_compressed_properties_route_the_same(kind: str, request: pytest.FixtureRequest) -> None:
+    # The old property encoding, compressed together with the payload: the brokers read the
+    # properties out of the decompressed application data.
+    outcome = run_corpus(request.getfixturevalue("broker" if kind == "embedded" else "bmqbrkr").port, old_style=True)
+    rewrite = released if kind == "bmqbrkr" else (lambda text: text)
+    wrong = [(EXPRESSIONS[e], MESSAGES[m], got) for (e, m), got in sorted(outcome.items())
+             if got != expected(rewrite(EXPRESSIONS[e]), MESSAGES[m])]
+    assert not wrong, wrong
