@@ -33,12 +33,14 @@ Known differences from bmqbrkr, all deliberate:
 * Authentication has bmqbrkr's BASIC and ANONYMOUS authenticators only (no plugins), and the
   fault switches ``refuse_authentication``, ``delay_authentication`` and
   ``expire_authentication_after``.
-* Subscriptions: none. A subscription expression it cannot compile (syntax, no property,
+* Subscriptions: ``!=`` with a boolean literal follows the fixed semantics (upstream PR
+  #1551), not 0.95.14's (issue #1523: there ``b != false`` behaves as ``b == false``). The
+  rest is bmqbrkr's, measured against it: a text it cannot compile (syntax, no property,
   too complex, too long) is answered with success, logged at WARNING as
-  ``#BMQ_SUBSCRIPTION_FAILURE`` with bmqbrkr's rc, and matches every message, as bmqbrkr
-  0.95.14 does (bmq and the official SDK refuse such texts before sending them). A comparison
-  with ``!=`` and a boolean literal follows the fixed semantics (upstream PR #1551), not
-  0.95.14's (issue #1523: ``b != false`` behaves as ``b == false`` there).
+  ``#BMQ_SUBSCRIPTION_FAILURE`` with bmqbrkr's rc, and matches every message (bmq and the
+  official SDK refuse such texts before sending them); routing follows bmqbrkr's
+  round-robin router, except that a group found full is retried at each delivery pass, where
+  bmqbrkr waits for a consumer to report capacity.
 * A reader's open with an appId the fan-out domain does not configure is refused
   (``E_REFUSED``); bmqbrkr opens it and routes it nothing until such an app exists
   (dynamic appIds, which the embedded broker does not have), so a typo shows at once here.
