@@ -528,6 +528,8 @@ class Queue:
         (all the groups it met were marked full), the pass stops there, later messages wait
         behind it; otherwise the message is left pending and the pass goes on.
         """
+        if not any(c.has_capacity() for c in app.consumers):
+            return  # nothing can be delivered: spares evaluating a backlog at every PUT
         out: Dict[Any, List[tuple]] = {}
         able = [True] * len(app.groups)
         for source, flags in ((app.redelivery, _codec.PUSH_OUT_OF_ORDER), (app.pending, 0)):
