@@ -652,7 +652,7 @@ def compile_subscription(uri: str, expression: Dict[str, Any]) -> Expression:
     message, as bmqbrkr 0.95.14 routes it (the client refuses such texts before sending them).
     """
     text = expression.get("text", "") or ""
-    if not text or expression.get("version") not in ("E_VERSION_1", 1):
+    if not isinstance(text, str) or not text or expression.get("version") not in ("E_VERSION_1", 1):
         return _MATCH_ALL
     try:
         return Expression(text)
