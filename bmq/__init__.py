@@ -44,7 +44,7 @@ from ._health import HostHealthMonitor, ManualHostHealthMonitor
 from ._admin import (
     Admin, AppStats, BrokerQueueStats, ClusterInfo, ClusterNode, ClusterStatus, DomainInfo, PartitionStatus, PurgeResult,
 )
-from ._options import QueueOptions, ReconnectPolicy, SessionOptions
+from ._options import QueueOptions, ReconnectPolicy, SessionOptions, Subscription
 from ._queue import Queue
 from ._session import Session
 from ._stats import QueueStats, SessionStats
@@ -78,6 +78,7 @@ __all__ = [
     "CompressionAlgorithmType",
     "SessionOptions",
     "QueueOptions",
+    "Subscription",
     "ReconnectPolicy",
     "tls_context",
     "HostHealthMonitor",

@@ -79,7 +79,7 @@ class Deliveries:
                     if run:
                         queue._deliver(run)  # type: ignore[union-attr]
                     queue, run = target, []
-                message = Message(payload, guid, target, area, new_style)
+                message = Message(payload, guid, target, area, new_style, sid)
                 if telemetry is not None:
                     telemetry.delivered(message, target._on_message is None)
                 run.append(message)
@@ -95,7 +95,7 @@ class Deliveries:
                 target = readers.get((queue_id, sid)) or self._sole_reader(queue_id, sid)
                 if target is None:
                     continue
-                batch = MessageBatch(target, guids, payloads, offsets, areas)
+                batch = MessageBatch(target, guids, payloads, offsets, areas, ((0, sid),))
                 if target.batches:
                     target._deliver_batch(batch)
                     continue

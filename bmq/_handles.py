@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ._options import QueueOptions
+from ._options import QueueOptions, Subscription
 from ._protocol import DEFAULT_APP_ID
 from ._queue import Queue
 from ._registry import QueueRegistry
@@ -30,22 +30,23 @@ Call = Callable[..., Dict[str, Any]]
 
 
 def stream_parameters(queue: Queue, options: QueueOptions, ids: List[int]) -> Dict[str, Any]:
-    """The ``streamParameters`` of a ConfigureStream: one subscription per expression (or one
-    matching everything), each with the consumer's flow-control limits and priority."""
-    consumer = {
-        "maxUnconfirmedMessages": options.max_unconfirmed_messages,
-        "maxUnconfirmedBytes": options.max_unconfirmed_bytes,
-        "consumerPriority": options.consumer_priority,
-        "consumerPriorityCount": 1,
-    }
-    expressions = [("E_VERSION_1", text) for text in options.subscriptions] or [("E_UNDEFINED", "")]
-    return {
-        "appId": queue.app_id or DEFAULT_APP_ID,
-        "subscriptions": [
-            {"sId": sid, "expression": {"version": version, "text": text}, "consumers": [consumer]}
-            for sid, (version, text) in zip(ids, expressions)
-        ],
-    }
+    """The ``streamParameters`` of a ConfigureStream: one subscription per entry of
+    ``options.subscriptions`` (or one matching everything), each with its consumer's
+    flow-control limits and priority (the entry's own, else the options')."""
+    def consumer(entry: Any) -> Dict[str, Any]:
+        priority, messages, size = options.consumer_of(entry)
+        return {"maxUnconfirmedMessages": messages, "maxUnconfirmedBytes": size, "consumerPriority": priority,
+                "consumerPriorityCount": 1}
+
+    subscriptions = []
+    for sid, entry in zip(ids, options.subscriptions or (None,)):
+        if entry is None:
+            expression = {"version": "E_UNDEFINED", "text": ""}
+        else:
+            text = entry.expression if isinstance(entry, Subscription) else entry
+            expression = {"version": "E_VERSION_1", "text": text}
+        subscriptions.append({"sId": sid, "expression": expression, "consumers": [consumer(entry)]})
+    return {"appId": queue.app_id or DEFAULT_APP_ID, "subscriptions": subscriptions}
 
 
 class QueueHandles:
@@ -98,6 +99,7 @@ class QueueHandles:
         none (the broker stops delivering)."""
         with self._lock:
             ids = self._registry.subscribe(queue, 0 if deconfigure else max(1, len(options.subscriptions)))
+            queue.subscription_of.update(zip(ids, options.subscriptions or (None,)))
         params = stream_parameters(queue, options, ids)
         try:
             self._call({"configureStream": {"qId": queue.queue_id, "streamParameters": params}}, timeout,

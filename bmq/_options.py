@@ -5,8 +5,9 @@ import dataclasses
 import random
 import ssl
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple, Union
 
+from . import _expression
 from ._outbox import FSYNC_POLICIES
 from ._tls import client_context
 from ._types import CompressionAlgorithmType
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._stats import SessionStats
     from .events import SessionEvent
 
-__all__ = ["SessionOptions", "QueueOptions", "ReconnectPolicy"]
+__all__ = ["SessionOptions", "QueueOptions", "ReconnectPolicy", "Subscription"]
 
 # kw_only needs 3.10; on 3.9 the classes stay frozen and callers are still told to use keywords.
 # The decorator is spelled out on each class so that type checkers see the dataclass.
@@ -122,6 +123,59 @@ class ReconnectPolicy:
         return base * spread
 
 
+@dataclasses.dataclass(frozen=True, init=False)
+class Subscription:
+    """One subscription of a reader queue: an expression and the consumer parameters
+    BlazingMQ attaches to it (C++ ``bmqt::Subscription``).
+
+    ``Subscription("n > 5", consumer_priority=2, max_unconfirmed_messages=10)``. A parameter
+    left None takes the queue's (:class:`QueueOptions`) value. Messages matching several
+    subscriptions of a queue go to the one of highest priority; a full subscription holds the
+    messages it matches rather than letting lower priorities take them (as bmqbrkr routes).
+
+    Args:
+        expression: the expression (see docs/subscriptions.md), checked at once.
+        consumer_priority: within [-1073741824, 1073741823], or None.
+        max_unconfirmed_messages: messages of this subscription delivered and not yet
+            confirmed, at most; or None.
+        max_unconfirmed_bytes: likewise in bytes; or None.
+
+    Raises:
+        InvalidArgumentError: a wrong expression (naming it, the offset and the reason) or
+            parameter.
+        ArgumentTypeError: an expression that is not a str.
+
+    Thread-safety: immutable.
+    """
+
+    expression: str
+    consumer_priority: Optional[int] = None
+    max_unconfirmed_messages: Optional[int] = None
+    max_unconfirmed_bytes: Optional[int] = None
+
+    def __init__(self, expression: str, *, consumer_priority: Optional[int] = None,
+                 max_unconfirmed_messages: Optional[int] = None, max_unconfirmed_bytes: Optional[int] = None) -> None:
+        _expression.check(expression)
+        _check_consumer(consumer_priority, max_unconfirmed_messages, max_unconfirmed_bytes, optional=True)
+        object.__setattr__(self, "expression", expression)
+        object.__setattr__(self, "consumer_priority", consumer_priority)
+        object.__setattr__(self, "max_unconfirmed_messages", max_unconfirmed_messages)
+        object.__setattr__(self, "max_unconfirmed_bytes", max_unconfirmed_bytes)
+
+
+def _check_consumer(priority: Any, messages: Any, size: Any, optional: bool = False) -> None:
+    def absent(value: Any) -> bool:
+        return optional and value is None
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    _require(absent(messages) or (whole(messages) and messages >= 0), "max_unconfirmed_messages must be an int >= 0")
+    _require(absent(size) or (whole(size) and size >= 0), "max_unconfirmed_bytes must be an int >= 0")
+    _require(absent(priority) or (whole(priority) and _PRIORITY_MIN <= priority <= _PRIORITY_MAX),
+             f"consumer_priority must be an int within [{_PRIORITY_MIN}, {_PRIORITY_MAX}]")
+
+
 @dataclasses.dataclass(frozen=True, **_KW_ONLY)
 class QueueOptions:
     """How a reader queue consumes; unused for write-only queues except host-health suspension.
@@ -133,8 +187,11 @@ class QueueOptions:
             [-1073741824, 1073741823].
         suspends_on_bad_host_health: suspend this queue while the session's host health
             monitor says unhealthy.
-        subscriptions: expression texts (BlazingMQ subscription language, e.g. ``"n > 5"``);
-            each becomes one subscription. Empty = receive everything.
+        subscriptions: expression texts (BlazingMQ subscription language, e.g. ``"n > 5"``,
+            see docs/subscriptions.md) or :class:`Subscription` objects (an expression with
+            its own priority and limits); each becomes one subscription. Empty = receive
+            everything. Each text is checked here (syntax, limits, types): a wrong one raises
+            :class:`bmq.InvalidArgumentError` naming the expression, the offset and the reason.
 
     Thread-safety: immutable.
     """
@@ -143,26 +200,37 @@ class QueueOptions:
     max_unconfirmed_bytes: int = 32 * _MIB
     consumer_priority: int = 0
     suspends_on_bad_host_health: bool = False
-    subscriptions: Tuple[str, ...] = ()
+    subscriptions: Sequence[Union[str, Subscription]] = ()  # kept as a tuple
 
     def __post_init__(self) -> None:
-        _require(
-            isinstance(self.max_unconfirmed_messages, int) and self.max_unconfirmed_messages >= 0,
-            "max_unconfirmed_messages must be an int >= 0",
-        )
-        _require(
-            isinstance(self.max_unconfirmed_bytes, int) and self.max_unconfirmed_bytes >= 0,
-            "max_unconfirmed_bytes must be an int >= 0",
-        )
-        _require(
-            isinstance(self.consumer_priority, int) and _PRIORITY_MIN <= self.consumer_priority <= _PRIORITY_MAX,
-            f"consumer_priority must be an int within [{_PRIORITY_MIN}, {_PRIORITY_MAX}]",
-        )
-        if isinstance(self.subscriptions, str):
-            raise ArgumentTypeError("subscriptions must be a sequence of expression strings, not one string")
+        _check_consumer(self.consumer_priority, self.max_unconfirmed_messages, self.max_unconfirmed_bytes)
+        if isinstance(self.subscriptions, (str, Subscription)):
+            raise ArgumentTypeError("subscriptions must be a sequence of expression strings or Subscriptions, "
+                                    "not one")
         object.__setattr__(self, "subscriptions", tuple(self.subscriptions))
-        for text in self.subscriptions:
-            _require(isinstance(text, str) and bool(text.strip()), f"bad subscription expression {text!r}")
+        for entry in self.subscriptions:
+            if not isinstance(entry, Subscription):
+                _expression.check(entry)  # bmqbrkr accepts what it cannot use: refuse it here
+
+    def consumer_of(self, entry: Union[str, Subscription]) -> Tuple[int, int, int]:
+        """``(consumer_priority, max_unconfirmed_messages, max_unconfirmed_bytes)`` of one
+        entry of :attr:`subscriptions`: its own where set, else these options'.
+
+        Args:
+            entry: a text or a :class:`Subscription`.
+
+        Returns:
+            The three parameters.
+        """
+        if not isinstance(entry, Subscription):
+            return self.consumer_priority, self.max_unconfirmed_messages, self.max_unconfirmed_bytes
+
+        def pick(value: Optional[int], default: int) -> int:
+            return default if value is None else value
+
+        return (pick(entry.consumer_priority, self.consumer_priority),
+                pick(entry.max_unconfirmed_messages, self.max_unconfirmed_messages),
+                pick(entry.max_unconfirmed_bytes, self.max_unconfirmed_bytes))
 
 
 def _compression(value: Union[CompressionAlgorithmType, str, None]) -> CompressionAlgorithmType:

@@ -61,6 +61,8 @@ class Queue:
             (waiting for a reopen), ``"closing"`` or ``"closed"``).
         suspended: True while suspended for bad host health.
         subscription_ids: the subscription ids (sIds) of the last configure.
+        subscription_of: sId -> the entry of ``QueueOptions.subscriptions`` it was made for
+            (None: the default subscription), for the last two configures.
 
     Thread-safety: every method may be called from any thread, including callbacks; the
     attributes are maintained by the session.
@@ -92,6 +94,7 @@ class Queue:
         self.state = QueueState.OPENING
         self.suspended = False
         self.subscription_ids: List[int] = []
+        self.subscription_of: Dict[int, Any] = {}
         self._inbox: "_stdqueue.SimpleQueue[Any]" = _stdqueue.SimpleQueue()
         #: Messages arrive as MessageBatch objects (get_batch), not one Message each.
         self.batches = batches

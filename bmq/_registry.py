@@ -102,6 +102,9 @@ class QueueRegistry:
     def replace_subscriptions(self, queue: "Queue", ids: List[int]) -> None:
         """The broker applied ``ids``: the queue's previous subscription ids route nothing more."""
         self.unsubscribe(queue, queue.subscription_ids)
+        # Messages of the previous configure may still be read: their sIds stay known.
+        kept = set(queue.subscription_ids) | set(ids)
+        queue.subscription_of = {sid: entry for sid, entry in queue.subscription_of.items() if sid in kept}
         queue.subscription_ids = ids
 
     def sole_reader(self, queue_id: int) -> Optional["Queue"]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from enum import Enum, IntEnum
 import bisect
-from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _codec
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._options import Subscription
     from ._queue import Queue
 
 __all__ = ["Ack", "AckStatus", "Message", "MessageBatch", "PropertyType", "CompressionAlgorithmType"]
@@ -149,7 +150,7 @@ class Message:
     # Made once per delivered message, so only what every message needs is set here; _decoded
     # (the properties) and _trace (the OpenTelemetry consumer span, when the session traces)
     # are set when first needed and read with getattr.
-    __slots__ = ("data", "guid", "_area", "_new_style", "_decoded", "_queue", "_trace")
+    __slots__ = ("data", "guid", "_area", "_new_style", "_decoded", "_queue", "_trace", "_sid")
     _trace: Any
     _decoded: Dict[str, Tuple[int, Any]]
 
@@ -160,12 +161,23 @@ class Message:
         queue: "Queue",
         properties_area: Optional[bytes],
         new_style: bool,
+        sid: int = -1,
     ) -> None:
         self.data = data
         self.guid = guid
         self._area = properties_area
         self._new_style = new_style
         self._queue = queue
+        self._sid = sid
+
+    @property
+    def subscription(self) -> Union[str, "Subscription", None]:
+        """The entry of the queue's ``QueueOptions.subscriptions`` this message matched: the
+        expression text or :class:`bmq.Subscription` as given; None for a queue without
+        subscriptions. A message matching several subscriptions comes once, for the one the
+        broker chose (the highest priority)."""
+        entry: Union[str, "Subscription", None] = self._queue.subscription_of.get(self._sid)
+        return entry
 
     @property
     def queue_uri(self) -> str:
@@ -233,14 +245,17 @@ class MessageBatch:
     Thread-safety: immutable; :meth:`confirm` may be called from any thread.
     """
 
-    __slots__ = ("payloads", "guids", "_offsets", "_areas", "_queue")
+    __slots__ = ("payloads", "guids", "_offsets", "_areas", "_queue", "_sids")
 
-    def __init__(self, queue: "Queue", guids: bytes, payloads: bytes, offsets: bytes, areas: _Areas) -> None:
+    def __init__(self, queue: "Queue", guids: bytes, payloads: bytes, offsets: bytes, areas: _Areas,
+                 sids: Tuple[Tuple[int, int], ...] = ((0, -1),)) -> None:
         self._queue = queue
         self.guids = guids
         self.payloads = payloads
         self._offsets = offsets
         self._areas = areas
+        #: (first index, subscription id) of each run of messages delivered for one subscription.
+        self._sids = sids
 
     @classmethod
     def join(cls, batches: Sequence["MessageBatch"]) -> "MessageBatch":
@@ -257,10 +272,14 @@ class MessageBatch:
         if len(batches) == 1:
             return batches[0]
         areas: Dict[int, Tuple[bytes, bool]] = {}
+        sids: List[Tuple[int, int]] = []
         base = 0
         for batch in batches:
             if batch._areas:
                 areas.update((base + index, area) for index, area in batch._areas.items())
+            for start, sid in batch._sids:
+                if not sids or sids[-1][1] != sid:  # runs of one subscription stay one run
+                    sids.append((base + start, sid))
             base += len(batch)
         return cls(
             queue,
@@ -268,6 +287,7 @@ class MessageBatch:
             b"".join([batch.payloads for batch in batches]),
             _codec.join_offsets([batch._offsets for batch in batches]),
             areas or None,
+            tuple(sids),
         )
 
     def __len__(self) -> int:
@@ -325,8 +345,15 @@ class MessageBatch:
         return [self._message(index) for index in range(len(self))]
 
     def _message(self, index: int) -> Message:
-        area, new_style = (self._areas or {}).get(self._index(index), (None, False))
-        return Message(self.payload(index), self.guid(index), self._queue, area, new_style)
+        index = self._index(index)
+        area, new_style = (self._areas or {}).get(index, (None, False))
+        return Message(self.payload(index), self.guid(index), self._queue, area, new_style, self._sid(index))
+
+    def _sid(self, index: int) -> int:
+        sids = self._sids
+        if len(sids) == 1:
+            return sids[0][1]
+        return sids[bisect.bisect_right(sids, (index, 2**63)) - 1][1]
 
     def confirm(self) -> None:
         """Confirm every message of the batch (see :meth:`Message.confirm`), in as few CONFIRM
@@ -346,10 +373,12 @@ class MessageBatch:
         if self._areas:
             head_areas = {index: area for index, area in self._areas.items() if index < count} or None
             tail_areas = {index - count: area for index, area in self._areas.items() if index >= count} or None
+        head_sids = tuple(run for run in self._sids if run[0] < count)
+        tail_sids = ((0, self._sid(count)),) + tuple((start - count, sid) for start, sid in self._sids if start > count)
         head = MessageBatch(self._queue, self.guids[:16 * count], self.payloads[:cut],
-                            self._offsets[:4 * (count + 1)], head_areas)
+                            self._offsets[:4 * (count + 1)], head_areas, head_sids)
         tail = MessageBatch(self._queue, self.guids[16 * count:], self.payloads[cut:],
-                            _codec.join_offsets([self._offsets[4 * count:]]), tail_areas)
+                            _codec.join_offsets([self._offsets[4 * count:]]), tail_areas, tail_sids)
         return head, tail
 
     def _count_within(self, size: int) -> int:

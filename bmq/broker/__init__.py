@@ -18,7 +18,8 @@ it verifies the CRC32-C of every PUT and NACKs a mismatch with status 5 (UNKNOWN
 Default domains (:data:`DEFAULT_DOMAINS`): ``bmq.test.mem.priority``,
 ``bmq.test.mem.fanout`` (appIds foo, bar, baz), ``bmq.test.mem.broadcast``, and
 ``bmq.test.persistent.priority`` / ``bmq.test.persistent.fanout`` (same, in memory).
-Subscription expressions follow the grammar in :mod:`bmq.broker._subscriptions`; the
+Subscription expressions are evaluated by bmq's one implementation of BlazingMQ's language
+(``bmq._expression``, exported here as :class:`Expression`), with bmqbrkr's rules; the
 fault-injection API is :class:`Faults` (``broker.faults``) plus :meth:`Broker.restart`.
 
 Known differences from bmqbrkr, all deliberate:
@@ -32,11 +33,14 @@ Known differences from bmqbrkr, all deliberate:
 * Authentication has bmqbrkr's BASIC and ANONYMOUS authenticators only (no plugins), and the
   fault switches ``refuse_authentication``, ``delay_authentication`` and
   ``expire_authentication_after``.
-* A subscription expression it cannot compile fails the open/configure with an error
-  response (the client raises ``bmq.BrokerError``); bmqbrkr accepts it, logs
-  ``#BMQ_SUBSCRIPTION_FAILURE`` and routes nothing to it (the official SDK validates
-  expressions itself and refuses them before sending). The embedded broker implements only
-  a subset of BlazingMQ's expression language (see the grammar above).
+* Subscriptions: ``!=`` with a boolean literal follows the fixed semantics (upstream PR
+  #1551), not 0.95.14's (issue #1523: there ``b != false`` behaves as ``b == false``). The
+  rest is bmqbrkr's, measured against it: a text it cannot compile (syntax, no property,
+  too complex, too long) is answered with success, logged at WARNING as
+  ``#BMQ_SUBSCRIPTION_FAILURE`` with bmqbrkr's rc, and matches every message (bmq and the
+  official SDK refuse such texts before sending them); routing follows bmqbrkr's
+  round-robin router, except that a group found full is retried at each delivery pass, where
+  bmqbrkr waits for a consumer to report capacity.
 * A reader's open with an appId the fan-out domain does not configure is refused
   (``E_REFUSED``); bmqbrkr opens it and routes it nothing until such an app exists
   (dynamic appIds, which the embedded broker does not have), so a typo shows at once here.
@@ -52,7 +56,7 @@ from ._local import broker_address
 from ._queues import DEFAULT_DOMAINS, Domain, StoredMessage
 from ._connection import ClientSession
 from ._server import Broker
-from ._subscriptions import Expression, ExpressionError
+from .._expression import Expression, ExpressionError
 from .._tls import server_context as tls_server_context
 
 __all__ = [

@@ -52,6 +52,7 @@ class Faults:
         self.authentication_delay = 0.0
         self.authentication_lifetime_ms: Optional[int] = None
         self._authentication_refusals = 0
+        self._configure_refusals = 0
 
     def _sessions(self, client_id: Optional[int]) -> List["ClientSession"]:
         sessions = self._broker._sessions_snapshot()
@@ -159,10 +160,25 @@ class Faults:
 
     def take_authentication_refusal(self) -> bool:
         """Broker-internal: whether this AuthenticationRequest is to be refused."""
+        return self._take("_authentication_refusals")
+
+    def refuse_configure(self, n: int = 1) -> None:
+        """Refuse the next ``n`` ConfigureStream requests (any client) with E_REFUSED, as a broker
+        refuses a reader's stream parameters: the open before it stays done."""
         with self._lock:
-            if self._authentication_refusals <= 0:
+            self._configure_refusals = max(0, int(n))
+
+    def take_configure_refusal(self) -> bool:
+        """Broker-internal: whether this ConfigureStream is to be refused."""
+        return self._take("_configure_refusals")
+
+    def _take(self, counter: str) -> bool:
+        """Use up one of the refusals counted in attribute ``counter``, if any is left."""
+        with self._lock:
+            left = getattr(self, counter)
+            if left <= 0:
                 return False
-            self._authentication_refusals -= 1
+            setattr(self, counter, left - 1)
             return True
 
     def delay_authentication(self, seconds: float) -> None:
@@ -201,6 +217,7 @@ class Faults:
         with self._lock:
             self._nack_remaining = 0
             self._authentication_refusals = 0
+            self._configure_refusals = 0
         self.resume_heartbeats()
         self.release_acks()
         self.resume_reading()

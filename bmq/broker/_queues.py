@@ -9,13 +9,14 @@ Thread-safety: not thread-safe by itself; every call must hold the broker lock.
 from __future__ import annotations
 
 import collections
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, Final, Iterable, List, NamedTuple, Optional, Set, Tuple
 
-from .. import _codec, _uri
+from .. import _codec, _expression, _uri
 from .._protocol import ACK_LIMIT_BYTES, ACK_LIMIT_MESSAGES, ACK_SUCCESS, DEFAULT_APP_ID
 from ..exceptions import InvalidURIError
-from ._subscriptions import Expression, ExpressionError
+from .._expression import Expression, ExpressionError
 
 __all__ = [
     "Domain",
@@ -26,6 +27,8 @@ __all__ = [
     "parse_uri",
     "INVALID_PRIORITY",
 ]
+
+logger = logging.getLogger(__name__)
 
 INVALID_PRIORITY = -(2**31)  # consumerPriority of a deconfigured ("not a consumer") stream
 
@@ -167,9 +170,10 @@ class Consumer:
     """
 
     __slots__ = ("stream", "sid", "sub_ids", "priority", "max_messages", "max_bytes", "expression", "unconfirmed",
-                 "unconfirmed_bytes")
+                 "unconfirmed_bytes", "group")
 
-    def __init__(self, stream: "SubStream", sid: int, priority: int, max_messages: int, max_bytes: int, expression: Expression) -> None:
+    def __init__(self, stream: "SubStream", sid: int, priority: int, max_messages: int, max_bytes: int,
+                 expression: Expression, group: str = "") -> None:
         self.stream = stream
         self.sid = sid
         self.sub_ids = (sid,)  # what a PUSH to this consumer carries, built once
@@ -177,6 +181,7 @@ class Consumer:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.expression = expression
+        self.group = group  # the expression as sent: consumers with the same one form a group
         self.unconfirmed: Dict[bytes, Record] = {}
         self.unconfirmed_bytes = 0
 
@@ -228,13 +233,40 @@ class QueueHandle:
 PushSink = Callable[[Any, List[tuple]], None]
 
 
+class _Group:
+    """The consumers of one expression text within an app: only those of the highest priority
+    receive, in turn.
+
+    Thread-safety: guarded by the broker lock.
+    """
+
+    __slots__ = ("expression", "priority", "top", "rr")
+
+    def __init__(self, members: List[Consumer]) -> None:
+        self.expression = members[0].expression
+        self.priority = max(c.priority for c in members)
+        self.top = [c for c in members if c.priority == self.priority]
+        self.rr = 0
+
+    def next_with_capacity(self) -> Optional[Consumer]:
+        """The next top consumer (round robin) with capacity, or None."""
+        count = len(self.top)
+        for step in range(count):
+            consumer = self.top[(self.rr + step) % count]
+            if consumer.has_capacity():
+                self.rr = (self.rr + step + 1) % count
+                return consumer
+        return None
+
+
 class _App:
     """Delivery state of one appId (the only one, ``__default``, outside fan-out).
 
     Thread-safety: guarded by the broker lock.
     """
 
-    __slots__ = ("app_id", "pending", "redelivery", "outstanding", "consumers", "rr", "simple", "top")
+    __slots__ = ("app_id", "pending", "redelivery", "outstanding", "consumers", "rr", "simple", "top", "groups",
+                 "levels", "broadcast_order")
 
     def __init__(self, app_id: str) -> None:
         self.app_id = app_id
@@ -247,11 +279,24 @@ class _App:
         self.rr = 0
         self.simple = True  # every consumer takes every message (no subscription expression)
         self.top = INVALID_PRIORITY  # the highest consumerPriority among the consumers
+        self.groups: List[_Group] = []  # consumers by expression text, as bmqbrkr groups them
+        self.levels: List[List[int]] = []  # indexes into groups, by priority, highest first
+        # Consumers not outranked within their group, highest priority first (configure order
+        # within one priority): where a broadcast message is offered, one copy per stream.
+        self.broadcast_order: List[Consumer] = []
 
     def set_consumers(self, consumers: List[Consumer]) -> None:
         self.consumers = consumers
         self.simple = all(c.expression.matches_all for c in consumers)
         self.top = max((c.priority for c in consumers), default=INVALID_PRIORITY)
+        by_text: Dict[str, List[Consumer]] = {}
+        for consumer in consumers:
+            by_text.setdefault(consumer.group, []).append(consumer)
+        self.groups = [_Group(members) for members in by_text.values()]
+        priorities = sorted({group.priority for group in self.groups}, reverse=True)
+        self.levels = [[i for i, group in enumerate(self.groups) if group.priority == p] for p in priorities]
+        highest = {id(c) for group in self.groups for c in group.top}
+        self.broadcast_order = sorted((c for c in consumers if id(c) in highest), key=lambda c: -c.priority)
 
     def held(self) -> int:
         return len(self.pending) + len(self.redelivery) + len(self.outstanding)
@@ -283,7 +328,8 @@ class Queue:
         self._single_app = None if domain.app_ids else self.apps[DEFAULT_APP_ID]
         self._broadcasting = domain.mode == "broadcast"
         self._dedup_seconds = domain.deduplication_time_ms / 1000.0
-        self._values: Dict[bytes, Dict[str, Any]] = {}  # guid -> {name: value}, for expressions
+        self._values: Dict[bytes, Dict[str, Tuple[int, Any]]] = {}  # guid -> properties, for expressions
+        self._stopped = False  # set by _route
 
     # ---- storage ---------------------------------------------------------------------
     def expire_dedup(self, now: float) -> None:
@@ -505,16 +551,32 @@ class Queue:
             self._send_pushes(session, specs)
 
     def _dispatch_selective(self, app: _App) -> None:
-        """:meth:`_dispatch` when some consumer has a subscription expression."""
+        """:meth:`_dispatch` when some consumer has a subscription expression, routed as
+        bmqbrkr's round-robin router does (``mqbblp::Routers``, 0.95.14).
+
+        Consumers with one expression text form a group, which takes the priority of its
+        highest consumers (only those receive). Each message, in order, goes through the
+        priority levels from the highest: the first group that matches it and has a consumer
+        with capacity takes it (round robin among its consumers). A group that matches but is
+        full is marked unable to deliver (it is not evaluated again in this pass) and lower
+        levels are not tried: the message waits. When no group able to deliver declined it
+        (all the groups it met were marked full), the pass stops there, later messages wait
+        behind it; otherwise the message is left pending and the pass goes on.
+        """
+        if not any(c.has_capacity() for c in app.consumers):
+            return  # nothing can be delivered: spares evaluating a backlog at every PUT
         out: Dict[Any, List[tuple]] = {}
+        able = [True] * len(app.groups)
         for source, flags in ((app.redelivery, _codec.PUSH_OUT_OF_ORDER), (app.pending, 0)):
             delivered = set()
+            stopped = False
             for message in source:
-                if not any(c.has_capacity() for c in app.consumers):
-                    break  # spares evaluating expressions over a whole backlog per PUT
-                consumer = self._choose(app, message)
+                consumer = self._route(app, message, able)
                 if consumer is None:
-                    continue  # no consumer with capacity wants it: later messages may still go
+                    stopped = self._stopped
+                    if stopped:
+                        break
+                    continue
                 guid = message[_GUID]
                 delivered.add(guid)
                 consumer.unconfirmed[guid] = message
@@ -525,46 +587,68 @@ class Queue:
                 kept = [message for message in source if message[_GUID] not in delivered]
                 source.clear()
                 source.extend(kept)
+            if stopped:
+                break
         for session, specs in out.items():
             self._send_pushes(session, specs)
 
-    def property_values(self, message: Record) -> Dict[str, Any]:
-        """``{name: value}`` of a stored message's properties (what expressions see), cached."""
+    def _route(self, app: _App, message: Record, able: List[bool]) -> Optional[Consumer]:
+        """The consumer ``message`` goes to (see :meth:`_dispatch_selective`), or None; sets
+        ``self._stopped`` when the message stops the pass (bmqbrkr's e_NO_CAPACITY_ALL)."""
+        get = None
+        matched = False
+        declined = False
+        for level in app.levels:
+            if matched:
+                break
+            for index in level:
+                if not able[index]:
+                    continue
+                group = app.groups[index]
+                if get is None:
+                    get = self.property_values(message).get
+                if not group.expression.evaluate(get):
+                    declined = True
+                    continue
+                consumer = group.next_with_capacity()
+                if consumer is not None:
+                    return consumer
+                able[index] = False
+                matched = True
+        self._stopped = not declined
+        return None
+
+    def property_values(self, message: Record) -> Dict[str, Tuple[int, Any]]:
+        """``{name: (PROPERTY_* type, value)}`` of a stored message (what expressions see), cached."""
         guid = message[_GUID]
         values = self._values.get(guid)
         if values is None:
-            values = {name: value for name, (_, value) in StoredMessage(*message).properties.items()}
+            try:
+                values = StoredMessage(*message).properties
+            except Exception:  # bmqbrkr reads what it can; an unreadable area has no properties
+                values = {}
             if self._table.get(guid) is not None:  # held: worth keeping
                 self._values[guid] = values
         return values
 
-    def _choose(self, app: _App, message: Record) -> Optional[Consumer]:
-        """The consumer a message goes to when expressions select: round robin over the
-        top-priority consumers whose expression matches it, that have capacity."""
-        props = self.property_values(message)
-        candidates = [c for c in app.consumers if c.expression.matches(props)]
-        if not candidates:
-            return None
-        top = max(c.priority for c in candidates)
-        count = len(candidates)
-        for step in range(count):
-            consumer = candidates[(app.rr + step) % count]
-            if consumer.priority == top and consumer.has_capacity():
-                app.rr = (app.rr + step + 1) % count
-                return consumer
-        return None
-
     def _broadcast(self, message: Record) -> None:
+        """Deliver a broadcast message as bmqbrkr does: each reader stream gets one copy, for
+        the first of its subscriptions (highest priority first) that matches it, among those
+        not outranked by a higher-priority subscription of the same expression."""
         out: Dict[Any, List[tuple]] = {}
         for app in self.apps.values():
-            props = None if all(c.expression.matches_all for c in app.consumers) else self.property_values(message)
-            candidates = [c for c in app.consumers if props is None or c.expression.matches(props)]
-            if not candidates:
-                continue
-            top = max(c.priority for c in candidates)
-            for consumer in candidates:
-                if consumer.priority == top:
-                    _add_push(out, consumer, message, 0)
+            get = None
+            served: Set[int] = set()
+            for consumer in app.broadcast_order:
+                if id(consumer.stream) in served:
+                    continue
+                if not consumer.expression.matches_all:
+                    if get is None:
+                        get = self.property_values(message).get
+                    if not consumer.expression.evaluate(get):
+                        continue
+                served.add(id(consumer.stream))
+                _add_push(out, consumer, message, 0)
         for session, specs in out.items():
             self._send_pushes(session, specs)
 
@@ -584,19 +668,44 @@ def _arrival_order(messages: Dict[bytes, Any]) -> Callable[[Record], int]:
     return lambda message: index.get(message[_GUID], len(index))
 
 
-def make_consumers(stream: SubStream, subscriptions: Iterable[Dict[str, Any]]) -> List[Consumer]:
-    """Consumers from ConfigureStream subscriptions (JSON-shaped dicts).
+_MATCH_ALL = Expression("")
+# bmqbrkr's words for its compile errors (bmqeval::ErrorType::toString), for its log line.
+_BROKER_REASONS = {
+    _expression.SYNTAX: "syntax error",
+    _expression.NO_PROPERTIES: "expression does not use any property",
+    _expression.TOO_COMPLEX: "subscription expression is too complex",
+    _expression.TOO_LONG: "subscription expression is too long",
+}
 
-    Raises:
-        StatusError: an expression that does not parse (E_INVALID_ARGUMENT).
+
+def compile_subscription(uri: str, expression: Dict[str, Any]) -> Expression:
+    """The expression of one ConfigureStream subscription, compiled as bmqbrkr does.
+
+    Only ``E_VERSION_1`` texts are compiled; others, and the empty text, match every message.
+    One bmqbrkr cannot compile (syntax, limits) is accepted all the same: it is logged at
+    WARNING with bmqbrkr's ``#BMQ_SUBSCRIPTION_FAILURE`` tag, rc and reason, and matches every
+    message, as bmqbrkr 0.95.14 routes it (the client refuses such texts before sending them).
     """
+    text = expression.get("text", "") or ""
+    if not isinstance(text, str) or not text or expression.get("version") not in ("E_VERSION_1", 1):
+        return _MATCH_ALL
+    try:
+        return Expression(text)
+    except ExpressionError as exc:
+        logger.warning('#BMQ_SUBSCRIPTION_FAILURE for queue %r: [ expression: "%s", rc: %d, reason: "%s" ] (%s); '
+                       "it matches every message, as in bmqbrkr", uri, text, exc.code,
+                       _BROKER_REASONS.get(exc.code, "unknown error"), exc.reason)
+        return _MATCH_ALL
+
+
+def make_consumers(stream: SubStream, subscriptions: Iterable[Dict[str, Any]]) -> List[Consumer]:
+    """Consumers from ConfigureStream subscriptions (JSON-shaped dicts); an expression is
+    compiled by :func:`compile_subscription` (never refused, as bmqbrkr)."""
     consumers = []
     for subscription in subscriptions:
-        text = (subscription.get("expression") or {}).get("text", "") or ""
-        try:
-            expression = Expression(text)
-        except ExpressionError as exc:
-            raise StatusError("E_INVALID_ARGUMENT", f"invalid subscription expression: {exc}", -1) from exc
+        sent = subscription.get("expression") or {}
+        expression = compile_subscription(stream.handle.uri, sent)
+        group = f"{sent.get('version', '')}:{sent.get('text', '')}"
         for info in subscription.get("consumers") or ():
             priority = int(info.get("consumerPriority", INVALID_PRIORITY))
             if priority == INVALID_PRIORITY or int(info.get("consumerPriorityCount", 0)) <= 0:
@@ -609,6 +718,7 @@ def make_consumers(stream: SubStream, subscriptions: Iterable[Dict[str, Any]]) -
                     int(info.get("maxUnconfirmedMessages", 0)),
                     int(info.get("maxUnconfirmedBytes", 0)),
                     expression,
+                    group,
                 )
             )
     return consumers

@@ -646,6 +646,8 @@ class Broker:
         return handle
 
     def _configure(self, session: ClientSession, q_id: int, app_id: str, subscriptions: List[Dict[str, Any]]) -> None:
+        if self.faults.take_configure_refusal():
+            raise StatusError("E_REFUSED", "configure refused (fault injected)")
         handle = self._handle_for(session, q_id, "Unexpected configureQueue request")
         stream = handle.stream_for_app(app_id)
         if stream is None:

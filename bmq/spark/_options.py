@@ -71,6 +71,18 @@ def _names(text: str) -> Tuple[str, ...]:
     return names
 
 
+def _subscription(options: Mapping[str, str]) -> str:
+    """The ``subscription`` option: a subscription expression ("" = every message), checked
+    here on the driver as the client checks it (syntax, limits, types)."""
+    raw = options.get("subscription")
+    if raw is None or not str(raw).strip():
+        return ""
+    try:
+        return bmq.Subscription(str(raw)).expression
+    except bmq.InvalidArgumentError as e:
+        raise bmq.InvalidArgumentError(f"blazingmq option 'subscription': {e}") from None
+
+
 def _queue(options: Mapping[str, str]) -> str:
     uri = options.get("queue")
     if not uri:
@@ -148,6 +160,9 @@ class ReadOptions(CommonOptions):
         num_partitions: consuming sessions (Spark tasks) sharing the drain (``numPartitions``).
         confirm: confirm what was read (option ``confirm``); false leaves the queue as it was.
         property_schema: DDL of typed property columns (option ``propertySchema``).
+        subscription: read only the messages whose properties satisfy this expression
+            (option ``subscription``, e.g. ``region == "EU" && qty > 10``); the others stay
+            in the queue. Empty: every message.
     """
 
     max_messages: int = 10_000
@@ -155,13 +170,15 @@ class ReadOptions(CommonOptions):
     num_partitions: int = 1
     confirm: bool = True
     property_schema: str = ""
+    subscription: str = ""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ReadOptions":
         """Validated settings from Spark's options.
 
         Raises:
-            ValueError: a missing or malformed option.
+            ValueError: a missing or malformed option (bmq.InvalidArgumentError naming the
+                expression, offset and reason for ``subscription``).
         """
         return cls(
             **cls._common(options),
@@ -170,6 +187,7 @@ class ReadOptions(CommonOptions):
             num_partitions=_get(options, "numPartitions", _positive_int, 1),
             confirm=_get(options, "confirm", _bool, True),
             property_schema=options.get("propertySchema") or "",
+            subscription=_subscription(options),
         )
 
 
@@ -185,6 +203,8 @@ class StreamOptions(CommonOptions):
         num_partitions: Spark partitions (tasks) each micro-batch is split into
             (``numPartitions``), so that several cores take it in parallel.
         property_schema: DDL of typed property columns (option ``propertySchema``).
+        subscription: stream only the messages whose properties satisfy this expression
+            (option ``subscription``); the others stay in the queue. Empty: every message.
     """
 
     max_messages_per_batch: int = _MAX_MESSAGES_PER_BATCH
@@ -192,6 +212,7 @@ class StreamOptions(CommonOptions):
     poll_timeout: float = 0.5
     num_partitions: int = 2
     property_schema: str = ""
+    subscription: str = ""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "StreamOptions":
@@ -207,4 +228,5 @@ class StreamOptions(CommonOptions):
             poll_timeout=_get(options, "pollTimeout", _positive_float, 0.5),
             num_partitions=_get(options, "numPartitions", _positive_int, 2),
             property_schema=options.get("propertySchema") or "",
+            subscription=_subscription(options),
         )

@@ -51,7 +51,7 @@ def open_consumer(options: CommonOptions, max_messages: int, max_bytes: int) -> 
     the caller stops the session.
 
     Args:
-        options: broker and queue.
+        options: broker and queue, and the reader's ``subscription`` expression if it has one.
         max_messages: the queue's ``max_unconfirmed_messages``.
         max_bytes: the queue's ``max_unconfirmed_bytes``.
 
@@ -61,7 +61,9 @@ def open_consumer(options: CommonOptions, max_messages: int, max_bytes: int) -> 
     """
     session = connect(options)
     try:
-        queue_options = bmq.QueueOptions(max_unconfirmed_messages=max_messages, max_unconfirmed_bytes=max_bytes)
+        expression = getattr(options, "subscription", "")
+        queue_options = bmq.QueueOptions(max_unconfirmed_messages=max_messages, max_unconfirmed_bytes=max_bytes,
+                                         subscriptions=(expression,) if expression else ())
         return session, session.open_queue(options.queue, read=True, options=queue_options, batches=True)
     except BaseException:
         session.stop()

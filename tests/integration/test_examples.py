@@ -53,3 +53,10 @@ def test_tracing_example_prints_one_trace_from_the_post_to_the_consumers_work(ca
     tree = [line.split(" [")[0] for line in capsys.readouterr().out.splitlines()]
     uri = "bmq://bmq.test.mem.priority/traced-orders"
     assert tree == ["checkout", f"  send {uri}", f"    process {uri}", "      apply order"]
+
+
+def test_subscriptions_example_routes_big_eu_orders_to_their_subscription(capsys):
+    received = load("subscriptions").main(idle_timeout=0.5)
+    assert sorted(received["big EU"]) == [b"EU-100", b"EU-150", b"EU-999"]
+    assert sorted(received["other"]) == [b"APAC-1", b"EU-5", b"EU-99", b"US-150", b"US-7"]
+    assert "refused: invalid subscription expression 'region = \"EU\"'" in capsys.readouterr().out

@@ -50,13 +50,14 @@ def test_closing_one_fanout_reader_keeps_the_writer_and_other_reader(session):
 
 
 def test_refused_reader_open_keeps_the_writer_of_the_same_queue(broker, session):
-    # Embedded broker only: it refuses an expression it cannot compile, while bmqbrkr accepts
-    # it with a #BMQ_SUBSCRIPTION_FAILURE warning (see bmq.broker's list of differences).
+    # Embedded broker only: its fault injector refuses the reader's ConfigureStream (after the
+    # OpenQueue it answered), as a broker refusing the stream parameters would.
     uri = fresh("bmq.test.mem.fanout")
     writer = session.open_queue(uri, write=True)
     closes = record_close_requests(session)
+    broker.faults.refuse_configure()
     with pytest.raises(bmq.BrokerError):
-        session.open_queue(uri + "?id=foo", read=True, options=bmq.QueueOptions(subscriptions=("n >>> 5",)))
+        session.open_queue(uri + "?id=foo", read=True)
     assert [c["isFinal"] for c in closes] == [False]
     assert writer.post(b"x").status is bmq.AckStatus.SUCCESS
 

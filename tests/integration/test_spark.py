@@ -249,6 +249,17 @@ def test_batch_read_drains_up_to_max_messages_then_the_rest(spark: SparkSession,
     assert broker.queue_messages(uri) == []
 
 
+def test_batch_read_with_a_subscription_takes_only_matching_messages(spark: SparkSession, broker: Broker) -> None:
+    uri = new_queue("read-subscription")
+    with bmq.Session(broker=broker.address) as session:
+        session.open_queue(uri, write=True).post_many(
+            [f"m{i}".encode() for i in range(20)], properties=[{"i": i} for i in range(20)])
+    rows = (spark.read.format("blazingmq").option("broker", broker.address).option("queue", uri)
+            .option("idleTimeout", "1").option("subscription", "i % 5 == 0").load().collect())
+    assert sorted(r.data for r in rows) == [b"m0", b"m10", b"m15", b"m5"]
+    assert len(broker.queue_messages(uri)) == 16  # the others stay
+
+
 # ---- streaming ------------------------------------------------------------------------------------
 
 
@@ -337,6 +348,18 @@ def test_available_now_stream_confirms_every_batch_and_stops(spark: SparkSession
     assert [progress["numInputRows"] for progress in query.recentProgress if progress["numInputRows"]] == [10, 10, 5]
     # The last batch too was confirmed (the CONFIRMs may still be on their way to the broker).
     assert broker.wait_for(lambda: broker.queue_messages(uri) == [], timeout=30)
+
+
+@pytest.mark.parametrize("kind", ["embedded", "bmqbrkr"])
+def test_stream_with_a_subscription_moves_only_matching_messages(spark: SparkSession, request: pytest.FixtureRequest,
+                                                                 kind: str) -> None:
+    target = request.getfixturevalue("broker" if kind == "embedded" else "bmqbrkr")
+    uri = new_queue("stream-subscription")
+    with bmq.Session(broker=target.address) as session:
+        session.open_queue(uri, write=True).post_many(
+            [f"s{i}".encode() for i in range(30)], properties=[{"tag": "keep" if i % 3 else "skip"} for i in range(30)])
+    _, rows = run_available_now(spark, target.address, uri, 60, subscription='tag == "keep"', pollTimeout="0.5")
+    assert sorted(rows) == sorted(f"s{i}".encode() for i in range(30) if i % 3)
 
 
 @pytest.mark.parametrize("kind", ["embedded", "bmqbrkr"])

@@ -226,7 +226,15 @@ def test_options_defaults_and_parsing() -> None:
     write = WriteOptions.parse({"queue": QUEUE, "broker": "tcp://h:1", "propertyColumns": "a, b"})
     assert (write.broker, write.property_columns, write.guid_column) == ("tcp://h:1", ("a", "b"), None)
     read = ReadOptions.parse({"queue": QUEUE, "confirm": "false", "numPartitions": "3"})
-    assert (read.confirm, read.num_partitions, read.max_messages) == (False, 3, 10_000)
+    assert (read.confirm, read.num_partitions, read.max_messages, read.subscription) == (False, 3, 10_000, "")
+    assert ReadOptions.parse({"queue": QUEUE, "subscription": 'tag == "x"'}).subscription == 'tag == "x"'
+    assert StreamOptions.parse({"queue": QUEUE, "subscription": "i > 1"}).subscription == "i > 1"
+
+
+@pytest.mark.parametrize("parse", [ReadOptions.parse, StreamOptions.parse])
+def test_a_wrong_subscription_option_fails_on_the_driver_naming_offset_and_reason(parse) -> None:
+    with pytest.raises(bmq.InvalidArgumentError, match=r"option 'subscription'.*'i >>> 1'.*syntax error.*offset 3"):
+        parse({"queue": QUEUE, "subscription": "i >>> 1"})
 
 
 def test_comma_separated_brokers_are_the_sessions_failover_list(broker) -> None:

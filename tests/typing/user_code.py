@@ -3,7 +3,7 @@ must accept about bmq's public API."""
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import List, Optional
+from typing import List, Optional, Union
 
 import bmq
 from bmq import events
@@ -22,7 +22,8 @@ def produce_and_consume(address: str) -> int:
     with bmq.Session(address, options) as session:
         queue: bmq.Queue = session.open_queue(
             "bmq://bmq.test.mem.priority/typed", read=True, write=True,
-            options=bmq.QueueOptions(max_unconfirmed_messages=100, subscriptions=("n > 1",)))
+            options=bmq.QueueOptions(max_unconfirmed_messages=100, subscriptions=[
+                "n > 1", bmq.Subscription('kind == "x"', consumer_priority=2, max_unconfirmed_messages=5)]))
         ack: bmq.Ack = queue.post(b"payload", {"n": 2, "kind": "x"},
                                   property_types={"n": bmq.PropertyType.INT64})
         assert ack.status is bmq.AckStatus.SUCCESS
@@ -31,7 +32,8 @@ def produce_and_consume(address: str) -> int:
         message: Optional[bmq.Message] = queue.get(timeout=1.0)
         if message is not None:
             data: bytes = message.data
-            print(data, message.properties, message.guid_hex)
+            matched: Union[str, bmq.Subscription, None] = message.subscription
+            print(data, message.properties, message.guid_hex, matched)
             message.confirm()
         batch = list(queue.messages(timeout=0.5))
         session.confirm_many(batch)

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Client layers, lowest first; a module may import its own layer and the ones below.
 LAYERS = [
-    {"_codec", "_protocol", "_version", "exceptions", "_types", "_uri", "events", "_health", "_dispatch", "_stats"},
+    {"_codec", "_protocol", "_version", "exceptions", "_expression", "_types", "_uri", "events", "_health", "_dispatch", "_stats"},
     {"_ctrlmsg", "_ber", "_schema", "_properties", "_outbox", "_tls", "_options"},
     {"_transport"},
     {"_connection", "_requests", "_registry", "_handles", "_deliveries", "_telemetry", "_recovery", "_puts", "_queue", "_session", "_admin"},

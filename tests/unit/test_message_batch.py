@@ -65,3 +65,19 @@ def test_messages_and_indexes():
         with pytest.raises(IndexError):
             batch.payload(bad)
     assert "messages=2" in repr(batch)
+
+
+def test_each_message_keeps_the_subscription_it_came_for_across_join_and_split():
+    queue = FakeQueue()
+    queue.subscription_of = {1: "n > 1", 2: "n < 0"}  # type: ignore[attr-defined]
+
+    def part(count: int, sid: int) -> MessageBatch:
+        batch = make(queue, [b"x"] * count)
+        return MessageBatch(queue, batch.guids, batch.payloads, batch._offsets, None, ((0, sid),))  # type: ignore[arg-type]
+
+    joined = MessageBatch.join([part(2, 1), part(3, 2), part(1, 2), part(2, 1)])
+    expected = ["n > 1"] * 2 + ["n < 0"] * 4 + ["n > 1"] * 2
+    assert [m.subscription for m in joined.messages()] == expected
+    for count in range(1, len(joined)):
+        head, tail = joined._split(count)
+        assert [m.subscription for m in head.messages() + tail.messages()] == expected

@@ -118,3 +118,23 @@ def test_ack_status_has_the_official_members():
 def test_empty_outbox_dir_is_refused_rather_than_using_the_working_directory():
     with pytest.raises(bmq.InvalidArgumentError, match="outbox_dir"):
         bmq.SessionOptions(outbox_dir="")
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"consumer_priority": 2**30}, {"max_unconfirmed_messages": -1}, {"max_unconfirmed_bytes": True},
+])
+def test_bad_subscription_parameters_are_refused(kwargs):
+    with pytest.raises(bmq.InvalidArgumentError):
+        bmq.Subscription("n > 1", **kwargs)
+
+
+def test_a_subscription_takes_the_queue_options_where_it_sets_nothing():
+    own = bmq.Subscription("n > 1", max_unconfirmed_messages=3)
+    options = QueueOptions(subscriptions=[own, "m > 1"], consumer_priority=4)
+    assert [options.consumer_of(e) for e in options.subscriptions] == [(4, 3, 32 << 20), (4, 1000, 32 << 20)]
+
+
+def test_a_wrong_subscription_expression_is_refused_with_offset_and_reason():
+    for make in (lambda: bmq.Subscription("n >>> 5"), lambda: QueueOptions(subscriptions=["n >>> 5"])):
+        with pytest.raises(bmq.InvalidArgumentError, match=r"'n >>> 5'.*syntax error.*at offset 3"):
+            make()

@@ -13,6 +13,7 @@ class _Queue:
         self._parsed = bmq.parse_uri(uri)
         self.queue_id, self.sub_id = ids
         self.subscription_ids = []
+        self.subscription_of = {}
         self.batches = False
 
 

@@ -58,15 +58,21 @@ def registry() -> QueueRegistry:
 def test_opening_a_reader_configures_it_and_routes_its_subscriptions(registry):
     broker = FakeBroker()
     handles = QueueHandles(broker.call, threading.RLock(), registry)
-    options = bmq.QueueOptions(subscriptions=["x > 1", "y == 'a'"], max_unconfirmed_messages=7)
+    own = bmq.Subscription('y == "a"', consumer_priority=3, max_unconfirmed_bytes=99)
+    options = bmq.QueueOptions(subscriptions=["x > 1", own], max_unconfirmed_messages=7)
     queue = _queue(registry, None, "bmq://bmq.test.mem.priority/q", read=True, options=options)
     handles.open(queue, 5.0, buffered=True)
     assert broker.kinds() == ["openQueue", "configureStream"]
     params = broker.sent[1]["configureStream"]["streamParameters"]
     sids = [s["sId"] for s in params["subscriptions"]]
-    assert [s["expression"]["text"] for s in params["subscriptions"]] == ["x > 1", "y == 'a'"]
-    assert params["subscriptions"][0]["consumers"][0]["maxUnconfirmedMessages"] == 7
+    assert [s["expression"]["text"] for s in params["subscriptions"]] == ["x > 1", 'y == "a"']
+    consumers = [s["consumers"] for s in params["subscriptions"]]
+    assert consumers == [
+        [{"maxUnconfirmedMessages": 7, "maxUnconfirmedBytes": 32 << 20, "consumerPriority": 0, "consumerPriorityCount": 1}],
+        [{"maxUnconfirmedMessages": 7, "maxUnconfirmedBytes": 99, "consumerPriority": 3, "consumerPriorityCount": 1}],
+    ]
     assert queue.subscription_ids == sids
+    assert queue.subscription_of == {sids[0]: "x > 1", sids[1]: own}
     assert all(registry.readers[(queue.queue_id, sid)] is queue for sid in sids)
 
 
