@@ -41,6 +41,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
 from . import events, exceptions
 from ._codec import MAX_PAYLOAD_SIZE, deterministic_guid
 from ._health import HostHealthMonitor, ManualHostHealthMonitor
+from . import _admin
 from ._admin import (
     Admin, AppStats, BrokerQueueStats, ClusterInfo, ClusterNode, ClusterStatus, DomainInfo, PartitionStatus, PurgeResult,
 )
@@ -89,15 +90,7 @@ __all__ = [
     "MAX_PAYLOAD_SIZE",
     "SessionStats",
     "QueueStats",
-    "Admin",
-    "AppStats",
-    "BrokerQueueStats",
-    "ClusterInfo",
-    "ClusterNode",
-    "ClusterStatus",
-    "DomainInfo",
-    "PartitionStatus",
-    "PurgeResult",
+    *_admin.__all__,
     "events",
     "exceptions",
     "__version__",

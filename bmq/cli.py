@@ -505,6 +505,18 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return broker_cli.run(args)
 
 
+def connection_arguments(command: argparse.ArgumentParser) -> None:
+    """The options every command that connects to a broker takes: ``--auth`` and TLS (read by
+    :func:`session_options`)."""
+    command.add_argument("--auth", metavar="MECHANISM",
+                         help=f"authenticate with MECHANISM (e.g. BASIC); the secret is read from ${AUTH_DATA_VARIABLE}")
+    command.add_argument("--tls-ca", metavar="FILE",
+                         help="connect with TLS, verifying the broker's certificate against this CA file (PEM)")
+    command.add_argument("--tls-cert", metavar="FILE", help="with --tls-ca: a client certificate (PEM)")
+    command.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
+    command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bmq", description="BlazingMQ from Python: post, consume, "
                                      "benchmark, or run an embedded broker.")
@@ -516,14 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--broker", metavar="ADDR", action="append",
                              help="broker address, e.g. tcp://localhost:30114; give it several times to fail "
                                   "over between them, in that order (default: start an embedded broker)")
-        command.add_argument("--auth", metavar="MECHANISM",
-                             help=f"authenticate with MECHANISM (e.g. BASIC); the secret is read from "
-                                  f"${AUTH_DATA_VARIABLE}")
-        command.add_argument("--tls-ca", metavar="FILE",
-                             help="connect with TLS, verifying the broker's certificate against this CA file (PEM)")
-        command.add_argument("--tls-cert", metavar="FILE", help="with --tls-ca: a client certificate (PEM)")
-        command.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
-        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        connection_arguments(command)
         command.add_argument("--stats", action="store_true",
                              help="print the final statistics of every bmq session on stderr")
         return command
@@ -583,13 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     admin.add_argument("words", nargs="*", metavar="COMMAND", help="the admin command, e.g. STAT SHOW")
     admin.add_argument("--broker", metavar="ADDR",
                        help="broker address, e.g. tcp://localhost:30114 (default: start an embedded broker)")
-    admin.add_argument("--auth", metavar="MECHANISM",
-                       help=f"authenticate with MECHANISM (e.g. BASIC); the secret is read from ${AUTH_DATA_VARIABLE}")
-    admin.add_argument("--tls-ca", metavar="FILE",
-                       help="connect with TLS, verifying the broker's certificate against this CA file (PEM)")
-    admin.add_argument("--tls-cert", metavar="FILE", help="with --tls-ca: a client certificate (PEM)")
-    admin.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
-    admin.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    connection_arguments(admin)
     admin.add_argument("--json", action="store_true",
                        help="JSON output: pretty JSON from the broker for a COMMAND, the result of a helper as JSON")
     admin.add_argument("--timeout", type=_positive_float, default=10.0,
