@@ -13,10 +13,13 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import functools
+import itertools
+import logging
+import os
 import threading
 import traceback
 import weakref
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import bmq
 import bmq.events
@@ -25,7 +28,9 @@ from . import session_events as se
 from ._messages import Message, make_ack, make_handle, make_message
 from .exceptions import BrokerTimeoutError, Error
 
-__all__ = ["ExtSession", "ensure_stop_session", "STOPPED"]
+__all__ = ["ExtSession", "Poster", "ensure_stop_session", "STOPPED"]
+
+logger = logging.getLogger(__name__)
 
 STOPPED = "Method called after session was stopped"
 NOT_OPENED = "Queue not opened"
@@ -94,7 +99,7 @@ class QueueRecord:
     """One open queue: the bmq queue, the options as the application sees them, and the
     ``on_ack`` callbacks not yet run (``close_queue`` waits for them)."""
 
-    __slots__ = ("uri", "queue", "read", "write", "options", "acks_pending", "acks_done")
+    __slots__ = ("uri", "queue", "read", "write", "options", "acks_pending", "acks_lock", "acks_done")
 
     def __init__(self, uri: str, queue: bmq.Queue, read: bool, write: bool, options: Tuple[int, int, int, bool]) -> None:
         self.uri = uri
@@ -103,30 +108,184 @@ class QueueRecord:
         self.write = write
         self.options = options  # (max messages, max bytes, priority, suspends)
         self.acks_pending = 0
-        self.acks_done = threading.Condition(threading.Lock())
+        self.acks_lock = threading.Lock()
+        self.acks_done = threading.Event()  # set while acks_pending is 0
+        self.acks_done.set()
+
+    def ack_expected(self) -> None:
+        """One more ``on_ack`` to run before ``close_queue`` returns."""
+        with self.acks_lock:
+            self.acks_pending += 1
+            if self.acks_pending == 1:
+                self.acks_done.clear()
 
 
-class AckCallback:
-    """An ``on_ack`` of one post: runs it once with the compat Ack, then forgets it (nothing of
-    the application's is kept alive by bmq's references to this object)."""
+def finish_ack(record: QueueRecord) -> None:
+    """One ``on_ack`` of ``record`` has run (``close_queue`` waits for none to be left)."""
+    with record.acks_lock:
+        record.acks_pending -= 1
+        if not record.acks_pending:
+            record.acks_done.set()
 
-    __slots__ = ("_user", "_record")
 
-    def __init__(self, user: Any, record: QueueRecord) -> None:
-        self._user = user
-        self._record = record
+def run_acks(record: QueueRecord, callbacks: List[Any], acks: List[bmq.Ack]) -> None:
+    """Dispatcher thread: run the ``on_ack`` of each message of one batch, in order."""
+    uri = record.uri
+    for user, ack in zip(callbacks, acks):
+        if user is not None:
+            try:
+                user(make_ack(ack, uri))
+            except Exception:
+                traceback.print_exc()
+    count = len(callbacks)
+    callbacks.clear()  # the dispatcher keeps its last arguments: let the application's functions go
+    user = None
+    with record.acks_lock:
+        record.acks_pending -= count
+        if not record.acks_pending:
+            record.acks_done.set()
 
-    def __call__(self, ack: bmq.Ack) -> None:
-        user, self._user = self._user, None
-        record = self._record
+
+# One pending post: the queue, payload, properties, property types and the application's on_ack.
+Item = Tuple[QueueRecord, Any, Any, Any, Any]
+
+#: Posts waiting for the poster thread above which a poster waits for room.
+MAX_PENDING = 20000
+
+_FAILED_STATUS = ((bmq.SessionClosedError, bmq.AckStatus.NOT_CONNECTED),
+                  (bmq.QueueStateError, bmq.AckStatus.CANCELED),
+                  (bmq.BandwidthLimitError, bmq.AckStatus.LIMIT_BYTES),
+                  ((bmq.PropertyError, bmq.MessageTooLargeError, bmq.InvalidArgumentError, bmq.ArgumentTypeError),
+                   bmq.AckStatus.INVALID_ARGUMENT))
+
+
+class Poster:
+    """Sends a session's posts in batches: ``post()`` appends to a list and returns; this
+    thread takes everything appended meanwhile and posts it with bmq's blocking ``post_many``
+    in as few calls as the queues and property types allow (one PUT event for many messages),
+    then has the batch's ``on_ack`` callbacks run on the session's dispatcher thread, in order
+    (``bmq.Session.call_soon``), where every other callback runs. A lone post goes at once;
+    while one batch waits for its ACKs the next one gathers, so batches grow with the rate.
+
+    The posts of one thread are sent in order. Checks that can fail are made in ``post()``
+    itself; what bmq still refuses here (rare: a property value out of its type's range, the
+    connection full for ``channel_write_timeout``, the queue closed or the session stopped
+    meanwhile) resolves that message's ``on_ack`` with a failed status and is logged.
+
+    Args:
+        name: the thread's name.
+        write_timeout: seconds a poster waits for room before ``Error`` (BW_LIMIT).
+        call_soon: runs a function on the session's dispatcher thread.
+
+    Thread-safety: :meth:`add`, :meth:`flush` and :meth:`close` from any thread.
+    """
+
+    def __init__(self, name: str, write_timeout: float, call_soon: Callable[..., None]) -> None:
+        self._call_soon = call_soon
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._room = threading.Condition(self._lock)
+        self._pending: List[Item] = []
+        self._closed = False
+        self._send_lock = threading.Lock()  # batches go out one at a time, in order
+        self._write_timeout = write_timeout
+        self._base = bmq.deterministic_guid(os.urandom(16))[:8]  # random, with the GUID version bits
+        self._counter = itertools.count()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def add(self, item: Item) -> None:
+        """Queue one post for sending.
+
+        Raises:
+            Error: closed (the session stopped), or no room within ``write_timeout`` (BW_LIMIT).
+        """
+        with self._lock:
+            if self._closed:
+                raise Error(STOPPED)
+            pending = self._pending
+            if len(pending) >= MAX_PENDING:
+                if not self._room.wait_for(lambda: len(self._pending) < MAX_PENDING or self._closed,
+                                           self._write_timeout):
+                    raise Error("Failed to post message: BW_LIMIT: the connection stayed full")
+                if self._closed:
+                    raise Error(STOPPED)
+                pending = self._pending
+            pending.append(item)
+            if len(pending) == 1:
+                self._ready.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._closed:
+                    self._ready.wait()
+                if self._closed and not self._pending:
+                    return
+            self.flush()
+
+    def flush(self) -> None:
+        """Send everything queued so far (in the calling thread if it gets there first)."""
+        with self._send_lock:
+            with self._lock:
+                items, self._pending = self._pending, []
+                self._room.notify_all()
+            if items:
+                self._send(items)
+
+    def close(self) -> None:
+        """Send what is queued, refuse more, and end the thread."""
+        with self._lock:
+            self._closed = True
+            self._ready.notify()
+            self._room.notify_all()
+        self.flush()
+        if threading.current_thread() is not self.thread:
+            self.thread.join(10.0)
+
+    def _send(self, items: List[Item]) -> None:
+        start = 0
+        while start < len(items):
+            record, types = items[start][0], items[start][3]
+            end = start + 1
+            while end < len(items) and items[end][0] is record and items[end][3] is types:
+                end += 1
+            self._send_group(record, types, items[start:end])
+            start = end
+
+    def _send_group(self, record: QueueRecord, types: Any, items: List[Item]) -> None:
+        payloads = [item[1] for item in items]
+        properties: Any = [item[2] for item in items]
+        if not any(properties):
+            properties = None
+        callbacks = [item[4] for item in items]
+        if not any(callbacks):
+            record.queue.post_many_async(payloads, properties, property_types=types)  # nothing waits for these
+            return
+        first = next(self._counter)
+        for _ in range(len(items) - 1):
+            next(self._counter)
+        keys = [self._base + (first + i).to_bytes(8, "big") for i in range(len(items))]
         try:
-            run_callback(user, make_ack(ack, record.uri))
-        finally:
-            del user
-            with record.acks_done:
-                record.acks_pending -= 1
-                if not record.acks_pending:
-                    record.acks_done.notify_all()
+            acks = record.queue.post_many(payloads, properties, property_types=types, guids=b"".join(keys))
+        except bmq.PostError as e:
+            failed = {ack.guid: ack for ack in e.acks}
+            acks = [failed.get(key) or bmq.Ack(bmq.AckStatus.SUCCESS, key, record.uri) for key in keys]
+        except bmq.Error as e:
+            if len(items) > 1 and not isinstance(e, (bmq.SessionClosedError, bmq.QueueStateError)):
+                for item in items:  # one message may be the cause: send them one by one
+                    self._send_group(record, types, [item])
+                return
+            status = next((status for kind, status in _FAILED_STATUS if isinstance(e, kind)), bmq.AckStatus.UNKNOWN)
+            logger.error("%d message(s) posted to %s were not sent: %s", len(items), record.uri, e)
+            acks = [bmq.Ack(status, key, record.uri) for key in keys]
+        # The callbacks of messages without one count nothing: only those with one were expected.
+        expected = [ack for user, ack in zip(callbacks, acks) if user is not None]
+        expected_callbacks = [user for user in callbacks if user is not None]
+        try:
+            self._call_soon(run_acks, record, expected_callbacks, expected)
+        except bmq.Error:  # the session is stopping: run them here, nothing else will
+            run_acks(record, expected_callbacks, expected)
 
 
 class ExtSession:
@@ -163,6 +322,8 @@ class ExtSession:
             raise BrokerTimeoutError(f"Failed to start session: TIMEOUT: {e}") from e
         except (bmq.Error, OSError) as e:
             raise Error(f"Failed to start session: {status_of(e)}: {e}") from e
+        self._poster = Poster(f"bmq-compat-poster-{id(self):x}", options.channel_write_timeout,
+                              self._session.call_soon)
         self._at_exit = functools.partial(_STOP_AT_EXIT, weakref.ref(self))
         atexit.register(self._at_exit)
 
@@ -281,6 +442,7 @@ class ExtSession:
             Error / BrokerTimeoutError: ``Failed to close URI queue: STATUS: detail``.
         """
         record = self.record(uri)
+        self._poster.flush()  # what was posted before goes before the close
         with self._lock:
             self._queues.pop(uri, None)
         try:
@@ -289,8 +451,7 @@ class ExtSession:
             raise failure("close", uri, e) from e
         finally:
             if threading.get_ident() != self._dispatcher:
-                with record.acks_done:
-                    record.acks_done.wait_for(lambda: not record.acks_pending, timeout or 30.0)
+                record.acks_done.wait(timeout or 30.0)
 
     # ---- messages -----------------------------------------------------------------
     def post(self, uri: str, payload: Any, properties: Any, property_types: Any, on_ack: Any) -> None:
@@ -311,24 +472,18 @@ class ExtSession:
             raise TypeError(f"the payload must be bytes, not {type(payload).__name__}")
         if not payload:
             raise Error("Failed to construct message: PAYLOAD_EMPTY")
-        callback = None
+        if len(payload) > bmq.MAX_PAYLOAD_SIZE:
+            raise Error(f"Failed to construct message: PAYLOAD_TOO_BIG: {len(payload)} bytes")
+        if record.queue.suspended:
+            raise Error("Failed to post message: QUEUE_SUSPENDED: the host is unhealthy")
         if on_ack is not None:
-            callback = AckCallback(on_ack, record)
-            with record.acks_done:
-                record.acks_pending += 1
+            record.ack_expected()
         try:
-            record.queue.post_async(payload, properties, property_types=property_types, on_ack=callback)
-        except BaseException as e:
-            if callback is not None:
-                with record.acks_done:
-                    record.acks_pending -= 1
-            if not isinstance(e, bmq.Error):
-                raise
-            if isinstance(e, bmq.SessionClosedError) or self._stopped:
-                raise Error(STOPPED) from e
-            if record.queue.suspended:
-                raise Error(f"Failed to post message: QUEUE_SUSPENDED: {e}") from e
-            raise Error(f"Failed to post message: {status_of(e)}: {e}") from e
+            self._poster.add((record, payload, properties, property_types, on_ack))
+        except BaseException:
+            if on_ack is not None:
+                finish_ack(record)
+            raise
 
     def confirm(self, message: Message) -> None:
         """Confirm ``message``.
@@ -359,6 +514,7 @@ class ExtSession:
             return
         atexit.unregister(self._at_exit)
         try:
+            self._poster.close()  # what was posted before stop() goes out first
             self._session.stop()
         finally:
             self._stop_done.set()

@@ -461,3 +461,18 @@ def test_public_api_is_documented_with_args_returns_raises():
         warnings.simplefilter("error")
         assert inspect.getdoc(blazingmq.install) and "Raises:" in inspect.getdoc(blazingmq.install)
     assert isinstance(bmq.compat.exceptions.BrokerTimeoutError("x"), blazingmq.Error)
+
+
+def test_bmq_session_call_soon_runs_after_queued_callbacks_on_the_dispatcher(broker_address):
+    # bmq core API used by bmq.compat to run a batch's on_ack callbacks where the others run.
+    order: List[str] = []
+    done = threading.Event()
+    with bmq.Session(broker_address) as native:
+        queue = native.open_queue(unique_uri(), write=True)
+        queue.post_async(b"x", on_ack=lambda ack: order.append(threading.current_thread().name))
+        native.flush(10)
+        native.call_soon(lambda tag: (order.append(tag), done.set()), "soon")
+        assert done.wait(10)
+        assert order[0].startswith("bmq-dispatcher") and order[1] == "soon"
+    with pytest.raises(bmq.SessionClosedError):
+        native.call_soon(print)
