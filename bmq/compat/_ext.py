@@ -11,6 +11,7 @@ official SDK's single processing thread does.
 from __future__ import annotations
 
 import atexit
+import collections
 import dataclasses
 import functools
 import itertools
@@ -149,6 +150,8 @@ def run_acks(record: QueueRecord, callbacks: List[Any], acks: List[bmq.Ack]) -> 
 # One pending post: the queue, payload, properties, property types and the application's on_ack.
 Item = Tuple[QueueRecord, Any, Any, Any, Any]
 
+#: Most messages sent in one bmq call: the broker starts on a batch while the next gathers.
+MAX_BATCH = 1000
 #: Posts waiting for the poster thread above which a poster waits for room.
 MAX_PENDING = 20000
 
@@ -161,11 +164,12 @@ _FAILED_STATUS = ((bmq.SessionClosedError, bmq.AckStatus.NOT_CONNECTED),
 
 class Poster:
     """Sends a session's posts in batches: ``post()`` appends to a list and returns; this
-    thread takes everything appended meanwhile and posts it with bmq's blocking ``post_many``
-    in as few calls as the queues and property types allow (one PUT event for many messages),
-    then has the batch's ``on_ack`` callbacks run on the session's dispatcher thread, in order
-    (``bmq.Session.call_soon``), where every other callback runs. A lone post goes at once;
-    while one batch waits for its ACKs the next one gathers, so batches grow with the rate.
+    thread takes what was appended meanwhile (up to ``MAX_BATCH`` messages at a time) and hands
+    it to bmq's ``post_many_async`` in as few calls as the queues and property types allow (one
+    PUT event for many messages), then goes on with the next batch while the broker works. An
+    acker thread waits for each batch's ACKs, in order, and has the batch's ``on_ack``
+    callbacks run on the session's dispatcher thread (``bmq.Session.call_soon``), where every
+    other callback runs. A lone post goes at once; while one batch is sent the next gathers.
 
     The posts of one thread are sent in order. Checks that can fail are made in ``post()``
     itself; what bmq still refuses here (rare: a property value out of its type's range, the
@@ -177,7 +181,8 @@ class Poster:
         write_timeout: seconds a poster waits for room before ``Error`` (BW_LIMIT).
         call_soon: runs a function on the session's dispatcher thread.
 
-    Thread-safety: :meth:`add`, :meth:`flush` and :meth:`close` from any thread.
+    Thread-safety: :meth:`add`, :meth:`flush`, :meth:`close` and :meth:`end_acks` from any
+    thread.
     """
 
     def __init__(self, name: str, write_timeout: float, call_soon: Callable[..., None]) -> None:
@@ -191,8 +196,14 @@ class Poster:
         self._write_timeout = write_timeout
         self._base = bmq.deterministic_guid(os.urandom(16))[:8]  # random, with the GUID version bits
         self._counter = itertools.count()
+        # Batches sent and waiting for their ACKs, oldest first: (record, callbacks, futures).
+        self._inflight: "collections.deque[Tuple[QueueRecord, List[Any], List[Any]]]" = collections.deque()
+        self._inflight_ready = threading.Condition(threading.Lock())
+        self._acker_done = False
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
+        self.acker = threading.Thread(target=self._ack_loop, name=f"{name}-acks", daemon=True)
+        self.acker.start()
 
     def add(self, item: Item) -> None:
         """Queue one post for sending.
@@ -227,10 +238,13 @@ class Poster:
     def flush(self) -> None:
         """Send everything queued so far (in the calling thread if it gets there first)."""
         with self._send_lock:
-            with self._lock:
-                items, self._pending = self._pending, []
-                self._room.notify_all()
-            if items:
+            while True:
+                with self._lock:
+                    items = self._pending[:MAX_BATCH]
+                    del self._pending[:MAX_BATCH]
+                    self._room.notify_all()
+                if not items:
+                    return
                 self._send(items)
 
     def close(self) -> None:
@@ -267,10 +281,7 @@ class Poster:
             next(self._counter)
         keys = [self._base + (first + i).to_bytes(8, "big") for i in range(len(items))]
         try:
-            acks = record.queue.post_many(payloads, properties, property_types=types, guids=b"".join(keys))
-        except bmq.PostError as e:
-            failed = {ack.guid: ack for ack in e.acks}
-            acks = [failed.get(key) or bmq.Ack(bmq.AckStatus.SUCCESS, key, record.uri) for key in keys]
+            futures = record.queue.post_many_async(payloads, properties, property_types=types, guids=b"".join(keys))
         except bmq.Error as e:
             if len(items) > 1 and not isinstance(e, (bmq.SessionClosedError, bmq.QueueStateError)):
                 for item in items:  # one message may be the cause: send them one by one
@@ -278,14 +289,42 @@ class Poster:
                 return
             status = next((status for kind, status in _FAILED_STATUS if isinstance(e, kind)), bmq.AckStatus.UNKNOWN)
             logger.error("%d message(s) posted to %s were not sent: %s", len(items), record.uri, e)
-            acks = [bmq.Ack(status, key, record.uri) for key in keys]
-        # The callbacks of messages without one count nothing: only those with one were expected.
+            self._deliver(record, callbacks, [bmq.Ack(status, key, record.uri) for key in keys])
+            return
+        with self._inflight_ready:
+            self._inflight.append((record, callbacks, futures))
+            self._inflight_ready.notify()
+
+    def _ack_loop(self) -> None:
+        """The acker thread: wait for each batch's ACKs in order, then have its callbacks run."""
+        while True:
+            with self._inflight_ready:
+                while not self._inflight and not self._acker_done:
+                    self._inflight_ready.wait()
+                if not self._inflight:
+                    return
+                record, callbacks, futures = self._inflight.popleft()
+            acks = [future.result() for future in futures]  # a post future always resolves (ack_timeout)
+            self._deliver(record, callbacks, acks)
+            del record, callbacks, futures, acks  # nothing of a delivered batch stays alive here
+
+    def _deliver(self, record: QueueRecord, callbacks: List[Any], acks: List[bmq.Ack]) -> None:
+        # Only the messages posted with an on_ack were counted as expected.
         expected = [ack for user, ack in zip(callbacks, acks) if user is not None]
         expected_callbacks = [user for user in callbacks if user is not None]
+        callbacks.clear()  # only run_acks holds the application's functions from here on
         try:
             self._call_soon(run_acks, record, expected_callbacks, expected)
         except bmq.Error:  # the session is stopping: run them here, nothing else will
             run_acks(record, expected_callbacks, expected)
+
+    def end_acks(self) -> None:
+        """After the session stopped (every post resolved): deliver what is left, end the acker."""
+        with self._inflight_ready:
+            self._acker_done = True
+            self._inflight_ready.notify()
+        if threading.current_thread() is not self.acker:
+            self.acker.join(10.0)
 
 
 class ExtSession:
@@ -516,6 +555,7 @@ class ExtSession:
         try:
             self._poster.close()  # what was posted before stop() goes out first
             self._session.stop()
+            self._poster.end_acks()
         finally:
             self._stop_done.set()
 
