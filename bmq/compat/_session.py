@@ -71,8 +71,29 @@ def _property_types(properties: Optional[PropertyValueDict],
     for name, kind in (overrides or {}).items():
         if properties is None or name not in properties:
             raise Error(f"property type override for {name!r}, which is not among the properties")
+        if not _fits(kind, properties[name]):
+            raise Error(f"property {name!r}: {properties[name]!r} is not a valid {getattr(kind, 'name', kind)} value")
         types[name] = kind
     return types or None
+
+
+_INT_RANGES = {PropertyType.SHORT: 2**15, PropertyType.INT32: 2**31, PropertyType.INT64: 2**63}
+
+
+def _fits(kind: Any, value: Any) -> bool:
+    """Whether ``value`` can be sent as a property of type ``kind`` (checked in ``post`` so that
+    the batch sent later does not meet it)."""
+    if kind in _INT_RANGES:
+        return isinstance(value, int) and not isinstance(value, bool) and -_INT_RANGES[kind] <= value < _INT_RANGES[kind]
+    if kind is PropertyType.BOOL:
+        return isinstance(value, bool)
+    if kind is PropertyType.CHAR:
+        return (isinstance(value, bytes) and len(value) == 1) or (isinstance(value, int) and -128 <= value < 256)
+    if kind is PropertyType.STRING:
+        return isinstance(value, str)
+    if kind is PropertyType.BINARY:
+        return isinstance(value, bytes)
+    return False
 
 
 class QueueOptions:

@@ -173,6 +173,8 @@ def test_an_int_property_is_int64_as_in_the_official_sdk(session, recorder):
     (None, None, None, TypeError, "bytes"),
     (b"x", {"f": 1.5}, None, blazingmq.Error, "float"),
     (b"x", {"a": 1}, {"b": blazingmq.PropertyType.INT32}, blazingmq.Error, "'b'"),
+    (b"x", {"n": 2**40}, {"n": blazingmq.PropertyType.INT32}, blazingmq.Error, "not a valid INT32"),
+    (b"x", {"s": b"bytes"}, {"s": blazingmq.PropertyType.STRING}, blazingmq.Error, "not a valid STRING"),
 ])
 def test_post_refuses_bad_input(session, payload, properties, overrides, error, match):
     uri = unique_uri()
