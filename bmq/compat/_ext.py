@@ -20,6 +20,7 @@ import os
 import threading
 import traceback
 import weakref
+from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import bmq
@@ -289,8 +290,11 @@ class Poster:
                 return
             status = next((status for kind, status in _FAILED_STATUS if isinstance(e, kind)), bmq.AckStatus.UNKNOWN)
             logger.error("%d message(s) posted to %s were not sent: %s", len(items), record.uri, e)
-            self._deliver(record, callbacks, [bmq.Ack(status, key, record.uri) for key in keys])
-            return
+            futures = []
+            for key in keys:  # answered now, delivered in turn: on_ack keeps the order of the posts
+                future: "Future[bmq.Ack]" = Future()
+                future.set_result(bmq.Ack(status, key, record.uri))
+                futures.append(future)
         with self._inflight_ready:
             self._inflight.append((record, callbacks, futures))
             self._inflight_ready.notify()

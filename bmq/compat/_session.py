@@ -62,7 +62,11 @@ def _property_types(properties: Optional[PropertyValueDict],
         Error: a value of another type, or an override of a property not given.
     """
     types: Dict[str, Any] = {}
+    if properties is not None and len(properties) > 255:
+        raise Error(f"{len(properties)} properties: a message has at most 255")
     for name, value in (properties or {}).items():
+        if not isinstance(name, str) or not 0 < len(name) < 4096:
+            raise Error(f"property name {name!r}: a str of 1 to 4095 characters is needed")
         if isinstance(value, int) and not isinstance(value, bool):
             types[name] = PropertyType.INT64
         elif not isinstance(value, (bool, str, bytes)):
