@@ -35,7 +35,7 @@ from _report import BrokerProcess, RealBrokerProcess, default_bmqbrkr_home, emit
 try:
     import blazingmq
 except ImportError:  # pragma: no cover - the comparison needs it
-    blazingmq = None
+    blazingmq = None  # type: ignore[assignment]
 
 PAYLOAD = b"x" * 100
 CONSUME_WINDOW = 1000
