@@ -478,3 +478,14 @@ def test_bmq_session_call_soon_runs_after_queued_callbacks_on_the_dispatcher(bro
         assert order[0].startswith("bmq-dispatcher") and order[1] == "soon"
     with pytest.raises(bmq.SessionClosedError):
         native.call_soon(print)
+
+
+def test_stop_right_after_many_posts_answers_every_on_ack_first(session):
+    uri = unique_uri()
+    session.open_queue(uri, write=True)
+    statuses: List[blazingmq.AckStatus] = []
+    for _ in range(5000):
+        session.post(uri, b"x" * 100, on_ack=lambda ack: statuses.append(ack.status))
+    session.stop()
+    assert len(statuses) == 5000
+    assert set(statuses) <= {blazingmq.AckStatus.SUCCESS, blazingmq.AckStatus.NOT_CONNECTED}
