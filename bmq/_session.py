@@ -247,6 +247,23 @@ class Session:
     def _dispatch(self, fn: Callable[..., Any], *args: Any) -> None:
         self._dispatcher.submit(fn, *args)
 
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the dispatcher thread, after the callbacks already queued there
+        (messages, acks, events), never at the same time as another callback. What it raises is
+        logged, as for any callback.
+
+        Args:
+            fn: the function to run.
+            args: its arguments.
+
+        Raises:
+            SessionClosedError: the session is stopped (nothing would run it).
+
+        Thread-safety: any thread, callbacks included.
+        """
+        self._check_running()
+        self._dispatcher.submit(fn, *args)
+
     def next_event(self, timeout: Optional[float] = None) -> Optional[ev.SessionEvent]:
         """The oldest session event not yet returned, or None after ``timeout`` seconds.
 

@@ -51,3 +51,36 @@ def produce_and_consume(address: str) -> int:
             bmq.MessageBatch.join([rows]).confirm()
             print(len(single))
         return len(acks)
+
+
+def code_written_for_the_official_sdk(address: str) -> None:
+    # What a user's mypy sees after switching with ``import bmq.compat as blazingmq``.
+    import bmq.compat as blazingmq
+    from bmq.compat.session_events import Connected, SessionEvent, log_session_event
+
+    def on_message(message: blazingmq.Message, handle: blazingmq.MessageHandle) -> None:
+        data: bytes = message.data
+        kinds = message.property_types.get("kind")
+        print(data, kinds is blazingmq.PropertyType.STRING)
+        handle.confirm()
+
+    def on_ack(ack: blazingmq.Ack) -> None:
+        if ack.status != blazingmq.AckStatus.SUCCESS:
+            print("nack", ack)
+
+    def on_event(event: SessionEvent) -> None:
+        if isinstance(event, Connected):
+            log_session_event(event)
+
+    monitor = blazingmq.BasicHealthMonitor()
+    with blazingmq.Session.with_options(
+            on_event, on_message, address,
+            blazingmq.SessionOptions(timeouts=blazingmq.Timeouts(open_queue_timeout=5.0),
+                                     host_health_monitor=monitor)) as session:
+        uri = "bmq://bmq.test.mem.priority/typed-compat"
+        session.open_queue(uri, read=True, write=True,
+                           options=blazingmq.QueueOptions(max_unconfirmed_messages=10))
+        session.post(uri, b"x", {"kind": "k"}, {"kind": blazingmq.PropertyType.STRING}, on_ack=on_ack)
+        options: blazingmq.QueueOptions = session.get_queue_options(uri)
+        print(options.max_unconfirmed_messages)
+        session.close_queue(uri, timeout=5.0)

@@ -21,6 +21,8 @@ BROKER_MAY_IMPORT = LAYERS[0] | LAYERS[1]
 # Applications of the public API.
 APPLICATIONS = {"cli", "_bench", "__main__"}
 PUBLIC = {"bmq", "bmq.broker"}
+# bmq.compat (the official SDK's API on bmq) is an application too: bmq's public modules only.
+COMPAT_MAY_IMPORT = {"bmq", "bmq.events", "bmq.exceptions"}
 
 
 def _runtime_imports(path: Path, package: str) -> Set[str]:
@@ -88,4 +90,10 @@ def test_cli_and_spark_use_only_the_public_api():
             own = "bmq.spark" if parts[1] == "spark" else "bmq._bench"
             wrong += [(module, dep) for dep in deps if dep not in PUBLIC and not dep.startswith(own)
                       and dep not in ("bmq.cli", "bmq.MAX_PAYLOAD_SIZE")]
+    assert not wrong, wrong
+
+
+def test_compat_uses_only_the_public_api():
+    wrong = [(module, dep) for module, deps in _imports().items() if module.startswith("bmq.compat.")
+             for dep in deps if dep not in COMPAT_MAY_IMPORT and not dep.startswith("bmq.compat")]
     assert not wrong, wrong
