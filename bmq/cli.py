@@ -14,6 +14,8 @@ of the broker, or the embedded broker's ``--tls-cert``). ``--auth MECHANISM`` au
 a broker that requires it; the secret comes from the
 environment variable ``BMQ_AUTH_DATA`` (for BASIC: ``user:password``), never from the command
 line, where other users of the machine could read it.
+
+``bmq --version`` prints the installed version (``bmq.__version__``).
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ import threading
 import time
 from concurrent.futures import wait
 from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
+
+from ._version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     import bmq
@@ -509,6 +513,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bmq", description="BlazingMQ from Python: post, consume, "
                                      "benchmark, or run an embedded broker.")
     parser.add_argument("--debug", action="store_true", help="log at DEBUG and show tracebacks")
+    parser.add_argument("--version", action="version", version=f"bmq {__version__}",
+                        help="print bmq's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def client_command(name: str, help_text: str) -> argparse.ArgumentParser:
