@@ -175,13 +175,13 @@ def no_compiler_environment(work: Path, env_dir: Path) -> Dict[str, str]:
     tools = work / "tools"
     tools.mkdir()
     for tool in SHELL_TOOLS:
-        found = shutil.which(tool)
-        if found:
-            (tools / tool).symlink_to(found)
+        location = shutil.which(tool)
+        if location:
+            (tools / tool).symlink_to(location)
     path = os.pathsep.join([str(env_dir / "bin"), str(tools)])
-    found = {name: shutil.which(name, path=path) for name in COMPILERS}
-    if any(found.values()):
-        raise CheckFailed(f"a compiler is still on the PATH {path}: {found}")
+    compilers = {name: shutil.which(name, path=path) for name in COMPILERS}
+    if any(compilers.values()):
+        raise CheckFailed(f"a compiler is still on the PATH {path}: {compilers}")
     env = {key: value for key, value in os.environ.items()
            if key not in ("CC", "CXX", "LDSHARED", "CFLAGS", "LDFLAGS", "CPPFLAGS", "PYTHONPATH", "PYTHONHOME",
                           "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV") and not key.startswith("BMQ_")}
