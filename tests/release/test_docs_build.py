@@ -21,9 +21,10 @@ pytestmark = [pytest.mark.release, pytest.mark.timeout(300)]
 
 
 def _sphinx(builder: str, out: Path) -> None:
-    for module in ("sphinx", "myst_parser"):
+    # The reference documents bmq.spark too, which imports pyspark and pyarrow (the spark extra).
+    for module, extra in (("sphinx", "docs"), ("myst_parser", "docs"), ("pyspark", "spark"), ("pyarrow", "spark")):
         if importlib.util.find_spec(module) is None:
-            reason = f"{module} not installed (the docs extra: pip install -e '.[docs]')"
+            reason = f"{module} not installed (the {extra} extra: pip install -e '.[{extra}]')"
             if os.environ.get("CI", "").lower() == "true":
                 pytest.fail(f"{reason} (required under CI=true)")
             pytest.skip(reason)
