@@ -3,19 +3,20 @@ builder runs its Python code blocks, and every public name, with its public meth
 properties, is in the API reference."""
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import inspect
 import os
 import subprocess
 import sys
 import zlib
 from pathlib import Path
-from typing import Iterator, Set, Tuple
+from typing import Iterator, List, Set, Tuple
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "docs"))
 
 pytestmark = [pytest.mark.release, pytest.mark.timeout(300)]
 
@@ -41,13 +42,21 @@ def _inventory(path: Path) -> Set[str]:
     return {line.split(" ", 1)[0] for line in zlib.decompress(body).decode().splitlines() if line}
 
 
+def _reference_modules() -> List[str]:
+    """``PUBLIC_MODULES`` of docs/conf.py (read, not imported: importing it writes the pages)."""
+    tree = ast.parse((ROOT / "docs" / "conf.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PUBLIC_MODULES"
+                                                for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError("docs/conf.py defines no PUBLIC_MODULES")
+
+
 def public_names() -> Iterator[Tuple[str, str]]:
     """(name as imported, where its members are documented) for every public name and member."""
-    from conf import PUBLIC_MODULES  # docs/conf.py: the modules of the reference
-
     import bmq.exceptions
 
-    for module_name in PUBLIC_MODULES:
+    for module_name in _reference_modules():
         module = importlib.import_module(module_name)
         for name in module.__all__:
             obj = getattr(module, name)
