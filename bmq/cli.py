@@ -30,8 +30,6 @@ import time
 from concurrent.futures import wait
 from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
-from ._version import __version__
-
 if TYPE_CHECKING:  # pragma: no cover
     import bmq
 
@@ -510,10 +508,12 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import bmq
+
     parser = _Parser(prog="bmq", description="BlazingMQ from Python: post, consume, "
                                      "benchmark, or run an embedded broker.")
     parser.add_argument("--debug", action="store_true", help="log at DEBUG and show tracebacks")
-    parser.add_argument("--version", action="version", version=f"bmq {__version__}",
+    parser.add_argument("--version", action="version", version=f"bmq {bmq.__version__}",
                         help="print bmq's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
