@@ -86,3 +86,13 @@ def test_docs_code_blocks_run(tmp_path: Path) -> None:
     _sphinx("doctest", tmp_path)
     report = (tmp_path / "doctest" / "output.txt").read_text()
     assert "0 failures in tests" in report and " 0 tests" not in report, report
+
+
+def test_every_public_package_is_in_the_reference() -> None:
+    """A new public package of bmq (a directory not starting with ``_``) must be added to
+    ``PUBLIC_MODULES`` in docs/conf.py (and so to the reference); bmq.cli is the command line,
+    documented in the README."""
+    packages = {f"bmq.{path.parent.name}" for path in (ROOT / "bmq").glob("*/__init__.py")
+                if not path.parent.name.startswith("_")}
+    missing = sorted(packages | {"bmq", "bmq.events", "bmq.exceptions"} - set(_reference_modules()))
+    assert not missing, f"public packages missing from PUBLIC_MODULES in docs/conf.py: {missing}"
