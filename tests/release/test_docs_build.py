@@ -94,5 +94,5 @@ def test_every_public_package_is_in_the_reference() -> None:
     documented in the README."""
     packages = {f"bmq.{path.parent.name}" for path in (ROOT / "bmq").glob("*/__init__.py")
                 if not path.parent.name.startswith("_")}
-    missing = sorted(packages | {"bmq", "bmq.events", "bmq.exceptions"} - set(_reference_modules()))
+    missing = sorted((packages | {"bmq", "bmq.events", "bmq.exceptions"}) - set(_reference_modules()))
     assert not missing, f"public packages missing from PUBLIC_MODULES in docs/conf.py: {missing}"
