@@ -56,7 +56,6 @@ html_theme_options = {"description": "A fast, dependable synchronous Python clie
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_inherit_docstrings = True
-autodoc_default_options: Dict[str, Any] = {"show-inheritance": True}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_ivar = True
@@ -105,7 +104,7 @@ def _entry(module_name: str, name: str) -> str:
         # Documented once, in bmq.exceptions; here an entry so that ``bmq.X`` resolves too.
         return f".. py:exception:: {name}\n   :no-index-entry:\n\n   The same class as :exc:`bmq.exceptions.{name}`."
     if inspect.isclass(obj) and issubclass(obj, BaseException):
-        return f".. autoexception:: {name}\n   :members:"
+        return f".. autoexception:: {name}\n   :members:\n   :show-inheritance:"
     if inspect.isclass(obj):
         options = ["   :members:"]
         if issubclass(obj, __import__("enum").Enum):
