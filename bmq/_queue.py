@@ -209,7 +209,7 @@ class Queue:
         Raises:
             PostError: the Ack was not SUCCESS (``error.ack`` holds it).
             TimeoutError: no result within ``timeout``.
-            The errors of :meth:`post_async`.
+            Error: the other errors of :meth:`post_async`.
         """
         batch = self._session._post(self, (data,), properties, property_types, compression, None, None, False,
                                     single=True)
@@ -271,7 +271,7 @@ class Queue:
         Raises:
             PostError: some Acks were not SUCCESS; ``error.acks`` lists every failed one.
             TimeoutError: not all results within ``timeout`` (default ``ack_timeout`` + margin).
-            The errors of :meth:`post_many_async`.
+            Error: the other errors of :meth:`post_many_async`.
         """
         _check_payload_sequence(payloads)
         if not payloads:

@@ -14,6 +14,8 @@ of the broker, or the embedded broker's ``--tls-cert``). ``--auth MECHANISM`` au
 a broker that requires it; the secret comes from the
 environment variable ``BMQ_AUTH_DATA`` (for BASIC: ``user:password``), never from the command
 line, where other users of the machine could read it.
+
+``bmq --version`` prints the installed version (``bmq.__version__``).
 """
 from __future__ import annotations
 
@@ -518,9 +520,13 @@ def connection_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import bmq
+
     parser = _Parser(prog="bmq", description="BlazingMQ from Python: post, consume, "
                                      "benchmark, or run an embedded broker.")
     parser.add_argument("--debug", action="store_true", help="log at DEBUG and show tracebacks")
+    parser.add_argument("--version", action="version", version=f"bmq {bmq.__version__}",
+                        help="print bmq's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def client_command(name: str, help_text: str) -> argparse.ArgumentParser:

@@ -23,7 +23,9 @@ __all__ = ["Faults"]
 class Faults:
     """Switches that make the embedded broker misbehave in controlled ways.
 
-    Attributes (read by the broker; change them through the methods):
+    The broker reads the attributes below; change them through the methods.
+
+    Attributes:
         acks_withheld: ACKs (and NACKs) are kept back until :meth:`release_acks`.
         ack_delay: seconds every ACK event is delayed by.
         control_delay: seconds every control response (including the BrokerResponse) is

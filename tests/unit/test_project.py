@@ -77,3 +77,31 @@ def test_bench_worker_failure_wakes_the_run_and_is_reraised():
     assert started.is_set() and collector.done.is_set()  # a waiting run is woken, not left hanging
     with pytest.raises(RuntimeError, match="producer died"):
         workers.raise_if_failed()
+
+
+def test_version_option_prints_the_version(capsys):
+    from bmq import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"bmq {__version__}"
+
+
+def test_changelog_has_the_current_version_and_the_deprecation_policy():
+    from bmq import __version__
+
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    headings = [line for line in changelog.splitlines() if line.startswith("## ")]
+    assert "## Deprecation policy" in headings and "## Unreleased" in headings
+    assert any(line.split()[1] == __version__ for line in headings if line[3:4].isdigit()), headings
+    assert "DeprecationWarning" in changelog
+
+
+def test_release_tooling_stays_out_of_the_core_dependencies():
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert sorted(dep.split(">")[0] for dep in project["dependencies"]) == ["crc32c", "zstandard"]
+    release = " ".join(project["optional-dependencies"]["release"])
+    assert all(tool in release for tool in ("build", "twine", "auditwheel", "bmq[docs]"))
+    assert "sphinx" in " ".join(project["optional-dependencies"]["docs"])

@@ -1,5 +1,6 @@
 """Typing is part of the API: mypy finds no error in bmq/ and examples/ (config in
-pyproject.toml), nor in typical user code written against the public API."""
+pyproject.toml), nor in typical user code written against the public API, nor in the release
+script and the documentation's configuration."""
 from __future__ import annotations
 
 import os
@@ -30,4 +31,9 @@ def test_package_and_examples_type_check(tmp_path):
 
 def test_typical_user_code_type_checks(tmp_path):
     result = _mypy("tests/typing/user_code.py", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_release_script_and_docs_configuration_type_check(tmp_path):
+    result = _mypy("scripts", "docs/conf.py", "tests/release", tmp_path=tmp_path)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
