@@ -65,7 +65,7 @@ suppress_warnings = ["myst.header"]
 
 # The public modules, in the order of the reference (STYLE.md: bmq, bmq.events, bmq.exceptions;
 # the embedded broker and the Spark data source are public packages too).
-PUBLIC_MODULES = ["bmq", "bmq.events", "bmq.exceptions", "bmq.broker", "bmq.spark"]
+PUBLIC_MODULES = ["bmq", "bmq.events", "bmq.exceptions", "bmq.broker", "bmq.spark", "bmq.compat"]
 MODULE_INTROS = {
     "bmq": "The client: sessions, queues, messages, options and the admin connection. The exceptions "
            "are importable from ``bmq`` too and are described in :doc:`bmq.exceptions`.",
@@ -74,6 +74,8 @@ MODULE_INTROS = {
                       "is also importable from ``bmq``.",
     "bmq.broker": "The embedded broker, for tests, demos and fault injection.",
     "bmq.spark": "The ``blazingmq`` data source for PySpark (``pip install bmq[spark]``).",
+    "bmq.compat": "The official ``blazingmq`` package's API on bmq: ``bmq.compat.install()`` lets code "
+                  "written for it run unchanged (see :doc:`../../compat`).",
 }
 
 
@@ -83,6 +85,7 @@ MODULE_INTROS = {
 DATA_DOCS = {
     "bmq.__version__": "The installed version of bmq (also ``bmq --version``).",
     "bmq.MAX_PAYLOAD_SIZE": "The largest application data of one message, in bytes (64 MiB, as BlazingMQ's).",
+    "bmq.compat.__version__": "The version of the official ``blazingmq`` API that bmq.compat mirrors.",
     "bmq.broker.DEFAULT_DOMAINS": "The domains an embedded :class:`Broker` serves unless given others: "
                                   "domain name to :class:`Domain` (``bmq.test.mem.priority``, "
                                   "``bmq.test.mem.fanout`` with appIds foo, bar and baz, "
@@ -103,6 +106,9 @@ def _entry(module_name: str, name: str) -> str:
     if module_name == "bmq" and name in bmq.exceptions.__all__:
         # Documented once, in bmq.exceptions; here an entry so that ``bmq.X`` resolves too.
         return f".. py:exception:: {name}\n   :no-index-entry:\n\n   The same class as :exc:`bmq.exceptions.{name}`."
+    if module_name == "bmq.compat" and getattr(bmq, name, None) is obj:
+        # bmq's own classes that bmq.compat re-exports (its enums): documented once, in bmq.
+        return f".. py:class:: {name}\n   :no-index-entry:\n\n   The same class as :class:`bmq.{name}`."
     if inspect.isclass(obj) and issubclass(obj, BaseException):
         return f".. autoexception:: {name}\n   :members:\n   :show-inheritance:"
     if inspect.isclass(obj):
@@ -190,6 +196,14 @@ class _PythonDomain(PythonDomain):
             exceptions = [match for match in matches if match[0].startswith("bmq.exceptions.")]
             if len(exceptions) == 1:
                 return exceptions
+        if len(matches) > 1:
+            # An unqualified name (``Ack`` in a docstring) is the public one of the page's own
+            # module, else bmq's own rather than bmq.compat's namesake.
+            public = [m for m in matches if not any(part.startswith("_") for part in m[0].split("."))]
+            for preferred in ([m for m in public if modname and m[0].rsplit(".", 1)[0] == modname],
+                              [m for m in public if not m[0].startswith("bmq.compat.")]):
+                if len(preferred) == 1:
+                    return preferred
         return matches
 
 
