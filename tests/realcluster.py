@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -256,6 +257,16 @@ class RealCluster:
         self.restarts += dead
         self.wait_healthy(timeout)
         return dead
+
+    def proxy_upstream(self, proxy: str = "proxy") -> Optional[str]:
+        """The node ``proxy`` last chose as its active node (from its current log; None before
+        a client opened a queue through it: a proxy connects lazily, to a node at random)."""
+        pid = self.pid(proxy)
+        log = next((self.directory / proxy / "logs").glob(f"logs.*.{pid}"), None)
+        if log is None:
+            return None
+        found = re.findall(r"using node '\[(\w+), \d+\]' as active", log.read_text(errors="replace"))
+        return found[-1] if found else None
 
     # ---- faults --------------------------------------------------------------------------
     def kill(self, name: str) -> int:
