@@ -71,13 +71,16 @@ class ClusterStatus:
         return [b for b in self.brokers.values() if b.is_node]
 
     def agreed_leader(self) -> Optional[str]:
-        """The node every live node sees as ACTIVE leader, when that node is alive too."""
+        """The node every live node sees as ACTIVE leader and ACTIVE primary of every
+        partition, when that node is alive too; None otherwise (say, during an election)."""
         live = [node for node in self.nodes if node.alive]
         leaders = {node.leader for node in live}
         if len(leaders) != 1:
             return None
         leader = leaders.pop()
         if leader is None or not self.brokers[leader].alive:
+            return None
+        if any(primary != leader for node in live for primary in node.primaries):
             return None
         return leader
 
@@ -86,12 +89,9 @@ class ClusterStatus:
         AVAILABLE, one leader seen by all and primary of every partition."""
         found = [f"{b.name} is dead" for b in self.brokers.values() if not b.alive]
         found += [f"{n.name} is not AVAILABLE" for n in self.nodes if n.alive and not n.available]
-        leader = self.agreed_leader()
-        if leader is None:
-            found.append("no leader agreed: " + ", ".join(f"{n.name}->{n.leader}" for n in self.nodes))
-        else:
-            found += [f"{n.name} sees primaries {n.primaries}" for n in self.nodes
-                      if any(p != leader for p in n.primaries)]
+        if self.agreed_leader() is None:
+            found.append("no leader agreed as leader and primary: " + ", ".join(
+                f"{n.name}->{n.leader}/{','.join(map(str, n.primaries))}" for n in self.nodes))
         return found
 
     def __str__(self) -> str:
@@ -232,8 +232,9 @@ class RealCluster:
         return ClusterStatus(brokers)
 
     def leader(self, timeout: float = 30.0) -> str:
-        """The current leader (= primary of every partition): the live node every live node
-        sees as ACTIVE leader; waits up to ``timeout`` while an election is under way."""
+        """The current leader, which is the primary of every partition: the live node every
+        live node sees as ACTIVE leader and primary (read from ``run-cluster --status``, i.e.
+        the brokers' logs); waits up to ``timeout`` while an election is under way."""
         status = self._wait(lambda s: s.agreed_leader() is not None, timeout, "a leader agreed by all live nodes")
         leader = status.agreed_leader()
         assert leader is not None

@@ -143,7 +143,7 @@ def check_exactly_once(expected: Dict[bytes, str], deliveries: List[Tuple[bytes,
 
 
 def session_events(session: bmq.Session) -> List[events.SessionEvent]:
-    seen = []
+    seen: List[events.SessionEvent] = []
     while True:
         event = session.next_event(0)
         if event is None:
@@ -153,7 +153,7 @@ def session_events(session: bmq.Session) -> List[events.SessionEvent]:
 
 # ---- round trips ---------------------------------------------------------------------------
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)  # the test that runs first also waits for the cluster to start
 def test_round_trip_through_one_proxy_and_out_of_the_other(cluster: RealCluster):
     """Posted (one by one and in a batch) through ``proxy``, read through ``proxy2``: two
     independent entry points to the same replicated queue."""
@@ -169,7 +169,7 @@ def test_round_trip_through_one_proxy_and_out_of_the_other(cluster: RealCluster)
     check_exactly_once(expected, drain(cluster.proxy2_address, uri, expected), "proxy -> proxy2")
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_round_trip_directly_to_a_replica(cluster: RealCluster):
     """A client of a node that is not the primary: the node forwards PUTs to the primary and
     relays ACKs and deliveries back."""
