@@ -1,13 +1,15 @@
 """bmq against a real 3-node BlazingMQ cluster with two proxies (``tests/realcluster.py``):
-round trips through a proxy and directly to a replica, and the leader or a proxy SIGKILLed
-while several threads post or a consumer reads.
+round trips through a proxy and directly to a replica, and the leader (through a proxy, or
+under a client connected to it) or a proxy SIGKILLed while several threads post to a priority
+or a fanout queue or a consumer reads.
 
 Every test counts per message: each poster records the GUID of every ACKed payload, and a
 consumer then drains the queue, confirming as it goes. What BlazingMQ promises and these tests
 assert: every post resolves SUCCESS (after a failover too: a PUT whose primary died is sent on
 to the new one by the cluster, or again by bmq with its GUID); every acknowledged message is
-delivered, with the GUID its ACK named; a persistent priority queue stores each message once
-(a PUT re-sent with its GUID is de-duplicated), so a consumer that confirms reads it once.
+delivered, with the GUID its ACK named; a persistent queue stores each message once (a PUT
+re-sent with its GUID is de-duplicated), so a consumer that confirms reads it once (on a fanout
+queue, once per app).
 What it does not promise: that a consumer whose confirms died with the primary gets no
 message twice; the failover consumer test asserts at-least-once and reports the redeliveries.
 
@@ -30,6 +32,8 @@ from support import fresh_uri, ha_options
 pytestmark = pytest.mark.cluster
 
 PRIORITY = "bmq.test.persistent.priority"
+FANOUT = "bmq.test.persistent.fanout"
+APPS = ("foo", "bar", "baz")  # the fanout domain's app ids
 #: Fast reconnects, and timeouts that a failover (an election of ~0.2-3 s) stays well within.
 OPTIONS = ha_options(connect_timeout=10.0, open_queue_timeout=20.0, configure_queue_timeout=20.0,
                      close_queue_timeout=10.0, disconnect_timeout=2.0, ack_timeout=30.0)
@@ -239,6 +243,27 @@ def test_blocking_posts_to_the_leader_itself_survive_its_kill_and_restart(cluste
     assert any(isinstance(e, events.Reconnected) for e in seen), seen
     cluster.wait_healthy()
     check_exactly_once(posters.acked, drain(cluster.proxy_address, uri, posters.acked), "leader-direct")
+
+
+@pytest.mark.timeout(120)
+def test_fanout_posts_survive_a_leader_kill_for_every_app(cluster: RealCluster):
+    """A replicated fanout queue: each of its apps (foo, bar, baz) gets every acknowledged
+    message once, whichever primary stored it."""
+    uri = fresh_uri(FANOUT, prefix="fanout")
+    leader = cluster.leader()
+    with bmq.Session(cluster.proxy_address, OPTIONS) as session:
+        posters = Posters(session.open_queue(uri, write=True), 4, chunk=10).start()
+        posters.wait_acked(300)
+        cluster.kill(leader)
+        at_kill = posters.count
+        posters.wait_acked(at_kill + AFTER)
+        posters.finish()
+    print(f"\n[fanout] killed leader {leader} after {at_kill} ACKs, {len(posters.acked)} in all")
+    cluster.start(leader)
+    cluster.wait_healthy()
+    for app in APPS:
+        check_exactly_once(posters.acked, drain(cluster.proxy2_address, f"{uri}?id={app}", posters.acked),
+                           f"fanout app {app}")
 
 
 # ---- the proxy killed ----------------------------------------------------------------------
