@@ -273,6 +273,8 @@ class RealCluster:
     def kill(self, name: str) -> int:
         """SIGKILL one broker (a crash); return once it is gone; return its pid."""
         pid = self.pid(name)
+        if not self._is_ours(pid, name):
+            raise ClusterError(f"{name} (pid {pid}) is not running")
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while not _gone(pid):
@@ -298,6 +300,15 @@ class RealCluster:
             raise ClusterError(f"run-cluster --start {name} failed:\n{result.stderr[-2000:]}")
         if not _port_open(self.port(name)):
             raise ClusterError(f"{name} restarted but its port {self.port(name)} refuses connections")
+
+    def _is_ours(self, pid: int, name: str) -> bool:
+        """``pid`` is a live bmqbrkr run from this cluster's ``name`` directory (never signal a
+        process that merely reused a dead broker's pid)."""
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return False
+        return "bmqbrkr.tsk" in command and str(self.directory / name / "etc") in command and not _gone(pid)
 
     def _wait(self, condition, timeout: float, what: str) -> ClusterStatus:
         deadline = time.monotonic() + timeout
