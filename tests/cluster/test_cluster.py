@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Set, Tuple
 
 import pytest
 
@@ -109,14 +109,12 @@ class Posters:
         assert len(self.acked) == self.issued
 
 
-def drain(address: str, uri: str, expected: Dict[bytes, str], timeout: float = 30.0,
-          options: Optional[bmq.QueueOptions] = None) -> List[Tuple[bytes, str]]:
+def drain(address: str, uri: str, expected: Dict[bytes, str], timeout: float = 30.0) -> List[Tuple[bytes, str]]:
     """Every ``(payload, guid_hex)`` delivered to one consumer, confirmed as it comes, until all
     of ``expected`` arrived and then :data:`QUIET` seconds passed without a delivery."""
     deliveries: List[Tuple[bytes, str]] = []
     with bmq.Session(address, OPTIONS) as session:
-        queue = session.open_queue(uri, read=True,
-                                   options=options or bmq.QueueOptions(max_unconfirmed_messages=10_000))
+        queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=10_000))
         seen: Set[bytes] = set()
         deadline = time.monotonic() + timeout
         while not expected.keys() <= seen and time.monotonic() < deadline:
@@ -147,6 +145,7 @@ def check_exactly_once(expected: Dict[bytes, str], deliveries: List[Tuple[bytes,
 
 
 def session_events(session: bmq.Session) -> List[events.SessionEvent]:
+    """The session's events so far (connection lost, reconnected, queues reopened...)."""
     seen: List[events.SessionEvent] = []
     while True:
         event = session.next_event(0)
