@@ -11,7 +11,12 @@ delivered, with the GUID its ACK named; a persistent queue stores each message o
 re-sent with its GUID is de-duplicated), so a consumer that confirms reads it once (on a fanout
 queue, once per app).
 What it does not promise: that a consumer whose confirms died with the primary gets no
-message twice; the failover consumer test asserts at-least-once and reports the redeliveries.
+message twice (the failover consumer test asserts at-least-once and reports the redeliveries);
+and, in a domain of eventual consistency such as ``bmq.test.persistent.priority``, that a
+message acknowledged just before the primary crashed was replicated at all (BlazingMQ's
+"Consistency Levels": the primary ACKs before replicating). So the tests that kill the primary
+use the strong-consistency domains (``.sc``), whose primary ACKs only what a majority stored;
+the others use the eventual one.
 
 The leader (primary of every partition) changes as tests kill it; each test asks the cluster
 for it. The cluster serves only the persistent domains and ``bmq.test.mem.broadcast`` here.
@@ -31,9 +36,13 @@ from support import fresh_uri, ha_options
 
 pytestmark = pytest.mark.cluster
 
+#: Eventual consistency: the primary ACKs a PUT once in its own storage, before replicating it.
 PRIORITY = "bmq.test.persistent.priority"
-FANOUT = "bmq.test.persistent.fanout"
-APPS = ("foo", "bar", "baz")  # the fanout domain's app ids
+#: Strong consistency: the primary ACKs a PUT once a majority of the nodes stored it. The tests
+#: that kill the primary use these: only they promise that no acknowledged message is lost.
+PRIORITY_SC = "bmq.test.persistent.priority.sc"
+FANOUT_SC = "bmq.test.persistent.fanout.sc"
+APPS = ("foo", "bar", "baz")  # the fanout domains' app ids
 #: Fast reconnects, and timeouts that a failover (an election of ~0.2-3 s) stays well within.
 OPTIONS = ha_options(connect_timeout=10.0, open_queue_timeout=20.0, configure_queue_timeout=20.0,
                      close_queue_timeout=10.0, disconnect_timeout=2.0, ack_timeout=30.0)
@@ -191,7 +200,7 @@ def test_round_trip_directly_to_a_replica(cluster: RealCluster):
 
 def _posts_through_the_proxy_across_a_leader_kill(cluster: RealCluster, prefix: str, chunk: int,
                                                   kill_at: int) -> None:
-    uri = fresh_uri(PRIORITY, prefix=prefix)
+    uri = fresh_uri(PRIORITY_SC, prefix=prefix)
     leader = cluster.leader()
     with bmq.Session(cluster.proxy_address, OPTIONS) as session:
         queue = session.open_queue(uri, write=True)
@@ -227,7 +236,7 @@ def test_blocking_posts_to_the_leader_itself_survive_its_kill_and_restart(cluste
     """The client is connected to the primary itself: its connection dies with it, and bmq
     reconnects once the node is back (now a replica) and re-sends what was not acknowledged."""
     leader = cluster.leader()
-    uri = fresh_uri(PRIORITY, prefix="leader-direct")
+    uri = fresh_uri(PRIORITY_SC, prefix="leader-direct")
     with bmq.Session(cluster.node_address(leader), OPTIONS) as session:
         posters = Posters(session.open_queue(uri, write=True), 4).start()
         posters.wait_acked(300)
@@ -248,7 +257,7 @@ def test_blocking_posts_to_the_leader_itself_survive_its_kill_and_restart(cluste
 def test_fanout_posts_survive_a_leader_kill_for_every_app(cluster: RealCluster):
     """A replicated fanout queue: each of its apps (foo, bar, baz) gets every acknowledged
     message once, whichever primary stored it."""
-    uri = fresh_uri(FANOUT, prefix="fanout")
+    uri = fresh_uri(FANOUT_SC, prefix="fanout")
     leader = cluster.leader()
     with bmq.Session(cluster.proxy_address, OPTIONS) as session:
         posters = Posters(session.open_queue(uri, write=True), 4, chunk=10).start()
@@ -293,7 +302,7 @@ def test_posts_from_4_threads_survive_a_proxy_kill_and_restart(cluster: RealClus
 def test_consumer_through_a_proxy_receives_everything_across_a_leader_kill(cluster: RealCluster):
     """At-least-once: confirms on their way to the dead primary may be lost, and the new primary
     then delivers those messages again; none may be missing."""
-    uri = fresh_uri(PRIORITY, prefix="consumer")
+    uri = fresh_uri(PRIORITY_SC, prefix="consumer")
     payloads = [b"c-%d" % i for i in range(1500)]
     with bmq.Session(cluster.proxy2_address, OPTIONS) as session:
         acks = session.open_queue(uri, write=True).post_many(payloads)
