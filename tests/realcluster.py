@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -70,13 +71,16 @@ class ClusterStatus:
         return [b for b in self.brokers.values() if b.is_node]
 
     def agreed_leader(self) -> Optional[str]:
-        """The node every live node sees as ACTIVE leader, when that node is alive too."""
+        """The node every live node sees as ACTIVE leader and ACTIVE primary of every
+        partition, when that node is alive too; None otherwise (say, during an election)."""
         live = [node for node in self.nodes if node.alive]
         leaders = {node.leader for node in live}
         if len(leaders) != 1:
             return None
         leader = leaders.pop()
         if leader is None or not self.brokers[leader].alive:
+            return None
+        if any(primary != leader for node in live for primary in node.primaries):
             return None
         return leader
 
@@ -85,12 +89,9 @@ class ClusterStatus:
         AVAILABLE, one leader seen by all and primary of every partition."""
         found = [f"{b.name} is dead" for b in self.brokers.values() if not b.alive]
         found += [f"{n.name} is not AVAILABLE" for n in self.nodes if n.alive and not n.available]
-        leader = self.agreed_leader()
-        if leader is None:
-            found.append("no leader agreed: " + ", ".join(f"{n.name}->{n.leader}" for n in self.nodes))
-        else:
-            found += [f"{n.name} sees primaries {n.primaries}" for n in self.nodes
-                      if any(p != leader for p in n.primaries)]
+        if self.agreed_leader() is None:
+            found.append("no leader agreed as leader and primary: " + ", ".join(
+                f"{n.name}->{n.leader}/{','.join(map(str, n.primaries))}" for n in self.nodes))
         return found
 
     def __str__(self) -> str:
@@ -231,8 +232,9 @@ class RealCluster:
         return ClusterStatus(brokers)
 
     def leader(self, timeout: float = 30.0) -> str:
-        """The current leader (= primary of every partition): the live node every live node
-        sees as ACTIVE leader; waits up to ``timeout`` while an election is under way."""
+        """The current leader, which is the primary of every partition: the live node every
+        live node sees as ACTIVE leader and primary (read from ``run-cluster --status``, i.e.
+        the brokers' logs); waits up to ``timeout`` while an election is under way."""
         status = self._wait(lambda s: s.agreed_leader() is not None, timeout, "a leader agreed by all live nodes")
         leader = status.agreed_leader()
         assert leader is not None
@@ -250,17 +252,31 @@ class RealCluster:
 
     def ensure_healthy(self, timeout: float = RESTART_TIMEOUT) -> List[str]:
         """Restart every dead broker, then :meth:`wait_healthy`; return the names restarted."""
-        dead = [b.name for b in self.status().brokers.values() if not b.alive]
+        status = self.status()  # a status costs ~0.1 s, ~1 s on a loaded machine: ask once if all is well
+        dead = [b.name for b in status.brokers.values() if not b.alive]
         for name in dead:
             self._start_one(name)
         self.restarts += dead
-        self.wait_healthy(timeout)
+        if dead or status.problems():
+            self.wait_healthy(timeout)
         return dead
+
+    def proxy_upstream(self, proxy: str = "proxy") -> Optional[str]:
+        """The node ``proxy`` last chose as its active node (from its current log; None before
+        a client opened a queue through it: a proxy connects lazily, to a node at random)."""
+        pid = self.pid(proxy)
+        log = next((self.directory / proxy / "logs").glob(f"logs.*.{pid}"), None)
+        if log is None:
+            return None
+        found = re.findall(r"using node '\[(\w+), \d+\]' as active", log.read_text(errors="replace"))
+        return found[-1] if found else None
 
     # ---- faults --------------------------------------------------------------------------
     def kill(self, name: str) -> int:
         """SIGKILL one broker (a crash); return once it is gone; return its pid."""
         pid = self.pid(name)
+        if not self._is_ours(pid, name):
+            raise ClusterError(f"{name} (pid {pid}) is not running")
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while not _gone(pid):
@@ -286,6 +302,15 @@ class RealCluster:
             raise ClusterError(f"run-cluster --start {name} failed:\n{result.stderr[-2000:]}")
         if not _port_open(self.port(name)):
             raise ClusterError(f"{name} restarted but its port {self.port(name)} refuses connections")
+
+    def _is_ours(self, pid: int, name: str) -> bool:
+        """``pid`` is a live bmqbrkr run from this cluster's ``name`` directory (never signal a
+        process that merely reused a dead broker's pid)."""
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return False
+        return "bmqbrkr.tsk" in command and str(self.directory / name / "etc") in command and not _gone(pid)
 
     def _wait(self, condition, timeout: float, what: str) -> ClusterStatus:
         deadline = time.monotonic() + timeout
