@@ -23,6 +23,7 @@ for it. The cluster serves only the persistent domains and ``bmq.test.mem.broadc
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Dict, List, Set, Tuple
@@ -294,6 +295,37 @@ def test_posts_from_4_threads_survive_a_proxy_kill_and_restart(cluster: RealClus
     assert any(isinstance(e, events.ConnectionLost) for e in seen), seen
     assert any(isinstance(e, events.Reconnected) for e in seen), seen
     check_exactly_once(posters.acked, drain(cluster.proxy2_address, uri, posters.acked), "proxykill")
+
+
+@pytest.mark.timeout(120)
+def test_posting_fails_over_to_the_other_proxy_when_the_one_in_use_dies(cluster: RealCluster):
+    """A session given both proxies: the one in use SIGKILLed mid-stream, posting goes on
+    through the other at once (the reconnect policy's first delay is 30 s: a failover seen
+    sooner did not back off), nothing acknowledged lost, nothing stored twice (PUTs re-sent
+    through the other proxy keep their GUIDs, and the primary de-duplicates them)."""
+    uri = fresh_uri(PRIORITY, prefix="twoproxies")
+    options = dataclasses.replace(OPTIONS, reconnect=bmq.ReconnectPolicy(initial_delay=30.0, max_delay=30.0,
+                                                                          jitter=0.0))
+    names = {cluster.proxy_address: "proxy", cluster.proxy2_address: "proxy2"}
+    with bmq.Session(list(names), options) as session:
+        first = session.broker
+        posters = Posters(session.open_queue(uri, write=True), 4).start()
+        posters.wait_acked(300)
+        killed_at = time.monotonic()
+        cluster.kill(names[first])
+        at_kill = posters.count
+        # Beyond the blocking posts that were in flight at the kill (one per thread): posting resumed.
+        posters.wait_acked(at_kill + 8, timeout=30.0)
+        resumed_in = time.monotonic() - killed_at
+        posters.wait_acked(at_kill + AFTER)
+        posters.finish()
+        now = session.broker
+        assert session.stats().broker == now
+    print(f"\n[twoproxies] {names[first]} killed after {at_kill} ACKs; posting resumed through {names.get(now)} "
+          f"{resumed_in * 1000:.0f} ms later; {len(posters.acked)} ACKs in all")
+    assert now in names and now != first
+    assert resumed_in < 10.0  # far below the 30 s a backoff would have taken
+    check_exactly_once(posters.acked, drain(now, uri, posters.acked), "twoproxies")
 
 
 # ---- a consumer across a failover ----------------------------------------------------------
