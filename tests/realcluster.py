@@ -232,9 +232,48 @@ class RealCluster:
         return ClusterStatus(brokers)
 
     def leader(self, timeout: float = 30.0) -> str:
-        """The current leader, which is the primary of every partition: the live node every
-        live node sees as ACTIVE leader and primary (read from ``run-cluster --status``, i.e.
-        the brokers' logs); waits up to ``timeout`` while an election is under way."""
+        """The current leader, which is the primary of every partition, as the cluster itself
+        reports it through admin commands (``bmq.Admin.cluster_status`` of every live node):
+        the node every live node names ACTIVE leader and ACTIVE primary of every partition;
+        waits up to ``timeout`` while an election is under way."""
+        deadline = time.monotonic() + timeout
+        while True:
+            views = self._admin_views()
+            leaders = set(views.values())
+            if views and None not in leaders and len(leaders) == 1:
+                (leader,) = leaders
+                assert leader is not None
+                if leader in views:
+                    return leader
+            if time.monotonic() > deadline:
+                raise ClusterError(f"no leader agreed by every live node within {timeout} s: {views}")
+            time.sleep(POLL)  # polling the nodes' views: an election signals nothing to wait on
+
+    def _admin_views(self) -> Dict[str, Optional[str]]:
+        """Per live node: the node it names ACTIVE leader and ACTIVE primary of every partition
+        (``CLUSTERS CLUSTER local STATUS``), or None (no such leader yet, or no answer)."""
+        import bmq  # the client under test: only where the cluster is asked through it
+
+        alive = {name for name, broker in self.status().brokers.items() if broker.alive}
+        views: Dict[str, Optional[str]] = {}
+        for name in self.nodes:
+            if name not in alive:
+                continue
+            try:
+                with bmq.Admin(self.node_address(name), timeout=5.0) as admin:
+                    status = admin.cluster_status("local")
+            except bmq.Error:
+                views[name] = None
+                continue
+            agreed = (status.leader is not None and status.leader_status == "ACTIVE" and status.partitions
+                      and all(p.primary == status.leader and p.primary_status == "ACTIVE" for p in status.partitions))
+            views[name] = status.leader if agreed else None
+        return views
+
+    def logged_leader(self, timeout: float = 30.0) -> str:
+        """The leader as the brokers' logs say (``run-cluster --status``): the live node every
+        live node saw become ACTIVE leader and primary; waits up to ``timeout``. What the admin
+        answers are checked against."""
         status = self._wait(lambda s: s.agreed_leader() is not None, timeout, "a leader agreed by all live nodes")
         leader = status.agreed_leader()
         assert leader is not None

@@ -1,6 +1,6 @@
 """bmq.Admin against the real 3-node cluster with two proxies (``tests/realcluster.py``): the
 cluster's status as each node and each proxy reports it agrees with what the brokers' logs say
-(``cluster.leader()``), and follows a replica's crash and restart.
+(``cluster.logged_leader()``), and follows a replica's crash and restart.
 
 A node answers ``CLUSTERS CLUSTER local STATUS`` with the elector (leader) and the partitions
 (primaries); a proxy with the nodes and the one it uses, once a client opened a queue through
@@ -40,7 +40,7 @@ def wait_for_status(admin: bmq.Admin, condition: Callable[[bmq.ClusterStatus], b
 
 
 def test_cluster_status_through_every_node(cluster: RealCluster):
-    leader = cluster.leader()
+    leader = cluster.logged_leader()
     for name in cluster.nodes:
         with bmq.Admin(cluster.node_address(name), timeout=10.0) as admin:
             status = admin.cluster_status(CLUSTER)
@@ -74,7 +74,7 @@ def test_cluster_status_through_both_proxies(cluster: RealCluster):
 
 
 def test_cluster_status_follows_a_replica_crash_and_restart(cluster: RealCluster):
-    leader = cluster.leader()
+    leader = cluster.logged_leader()
     replica = cluster.replica()
     with bmq.Admin(cluster.node_address(leader), timeout=10.0) as admin:
         assert admin.cluster_status(CLUSTER).healthy
@@ -84,7 +84,7 @@ def test_cluster_status_follows_a_replica_crash_and_restart(cluster: RealCluster
         assert down.leader == leader and set(down.primaries.values()) == {leader}
         cluster.start(replica)
         up = wait_for_status(admin, lambda s: s.healthy, 30.0, "a healthy cluster again")
-    assert up.leader == cluster.leader() == leader
+    assert up.leader == cluster.logged_leader() == leader
     assert all(n.available for n in up.nodes)
     with bmq.Admin(cluster.node_address(replica), timeout=10.0) as admin:
         status = wait_for_status(admin, lambda s: s.healthy, 30.0, f"{replica} seeing a healthy cluster")
@@ -108,7 +108,7 @@ def test_queue_stats_and_purge_on_the_primary(cluster: RealCluster):
     """The primary (the leader) holds a queue's storage and executes a purge, which its replicas
     follow; a replica refuses to purge ("queue is NOT local"); a consumer then gets nothing."""
     uri = fresh_uri("bmq.test.persistent.fanout")
-    leader = cluster.leader()
+    leader = cluster.logged_leader()
     replica = cluster.replica()
     with bmq.Session(cluster.proxy_address) as session:
         writer = session.open_queue(uri, write=True)
