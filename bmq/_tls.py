@@ -262,9 +262,12 @@ class TLSChannel:
             incoming.write(data)
             read = tls.read
             try:
-                # Read while whole records may be waiting: the usual read ends on a record's
-                # boundary, and stopping there spares the SSLWantReadError a further read raises.
-                while incoming.pending or tls.pending():
+                # Read while received bytes wait: the usual read ends on a record's boundary, and
+                # stopping there spares the SSLWantReadError a further read raises. (A read takes
+                # a whole record, less than it asks for, so the TLS object keeps no plaintext
+                # back; its pending() is not asked: like every call into the ssl module it lets go
+                # of the interpreter lock, which a waiting thread then takes: a context switch.)
+                while incoming.pending:
                     chunk = read(_HANDSHAKE_READ)
                     if not chunk:  # the peer's close_notify (Python returns b"" for it)
                         self.peer_closed = True
