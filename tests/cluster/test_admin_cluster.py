@@ -43,13 +43,14 @@ def test_cluster_status_through_every_node(cluster: RealCluster):
     leader = cluster.logged_leader()
     for name in cluster.nodes:
         with bmq.Admin(cluster.node_address(name), timeout=10.0) as admin:
-            status = admin.cluster_status(CLUSTER)
+            # Right after the cluster's start a node may still be learning its peers' status.
+            status = wait_for_status(admin, lambda s: all(n.available for n in s.nodes), 30.0,
+                                     "every node available as this node sees it")
             assert [c.name for c in admin.clusters()] == [CLUSTER]
         assert (status.name, status.is_proxy, status.self_node) == (CLUSTER, False, name)
         assert status.leader == leader and status.leader_status == "ACTIVE"
         assert status.elector_state == ("LEADER" if name == leader else "FOLLOWER")
         assert [n.name for n in status.nodes] == cluster.nodes
-        assert all(n.available for n in status.nodes), status.nodes
         # E_LEADER_IS_MASTER_ALL: the leader is the primary of every partition.
         assert status.partitions and set(status.primaries.values()) == {leader}
         assert all(p.primary_status == "ACTIVE" for p in status.partitions)
@@ -63,12 +64,14 @@ def test_cluster_status_through_both_proxies(cluster: RealCluster):
         with bmq.Session(address) as session:
             session.open_queue(fresh_uri(PRIORITY), write=True).post(b"hello")
         with bmq.Admin(address, timeout=10.0) as admin:
-            status = admin.cluster_status()  # the proxy's only cluster
             assert [(c.name, c.locality) for c in admin.clusters()] == [(CLUSTER, "remote")]
+            # A proxy a previous test killed and restarted learns each node's status from the
+            # nodes over some time (seen: a node E_UNKNOWN though connected): ask until it has.
+            status = wait_for_status(admin, lambda s: all(n.available and n.connected for n in s.nodes), 30.0,
+                                     "every node available and connected as the proxy sees it")
         assert status.is_proxy and status.name == CLUSTER
         assert status.leader is None and status.partitions == () and status.self_node is None
         assert [n.name for n in status.nodes] == cluster.nodes
-        assert all(n.available and n.connected for n in status.nodes), status.nodes
         assert status.active_node in cluster.nodes
         assert status.healthy
 
