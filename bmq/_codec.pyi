@@ -251,6 +251,10 @@ class Lead:
     def locked(self) -> bool: ...
     def wait_free(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until nobody holds it; True if nobody does."""
+    def set_reader_waiting(self, waiting: bool) -> None:
+        """The reader thread is (or no longer is) waiting in its epoll set."""
+    def reader_waiting(self) -> bool:
+        """Whether the reader thread waits in its epoll set (a poster taking the lead kicks it out)."""
 
 def wait_readable(fd: int, timeout: float, woken: list[Latch]) -> bool:
     """Release the interpreter lock, set and remove ``woken``'s latches, then wait up to
@@ -264,6 +268,9 @@ READY_KICKED: Final[int]
 READY_HANDED: Final[int]
 READY_SPUN: Final[int]
 
+def wait_lead_then_ready(lead: Lead, epfd: int, sock_fd: int, timeout: float) -> int:
+    """The reader thread's wait while a poster holds ``lead``, without the interpreter lock:
+    until the lead is free and the socket has data (READY_SOCKET), or 0 after ``timeout``."""
 def wait_ready(epfd: int, sock_fd: int, timeout: float, woken: list[Latch], spin: float = 0.0) -> int:
     """Release the interpreter lock, set and remove ``woken``'s latches, then wait up to
     ``timeout`` on edge-triggered epoll set ``epfd`` (socket ``sock_fd`` and a kick eventfd),

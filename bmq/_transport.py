@@ -42,6 +42,7 @@ _wait_ready = _codec.wait_ready
 _READY_SOCKET = _codec.READY_SOCKET
 _READY_HANDED = _codec.READY_HANDED
 _READY_SPUN = _codec.READY_SPUN
+_wait_lead_then_ready = _codec.wait_lead_then_ready
 # Where the system has them (Linux), the socket is waited on through edge-triggered epoll sets
 # (one for the reader thread, one for a poster reading in its place): a blocking poster is
 # woken by its ACK instead of by the reader thread (see Transport.wait_for).
@@ -193,9 +194,9 @@ class Transport:
         # to its caller could not do.
         self._blocked: List[None] = []
         self._reader_ident: Optional[int] = None  # reading in its own place would deadlock
-        # The reader thread waits in its epoll set: a poster taking _lead then kicks it out, so
-        # that it does not wake for the poster's answer (see _read_loop).
-        self._reader_in_set = False
+        # Whether the reader thread waits in its epoll set is _lead's reader-waiting flag: a
+        # poster taking _lead then kicks it out, so that it does not wake for the poster's
+        # answer (see _read_loop).
         self._frames = _codec.FrameReader()
         # One reusable buffer: recv() would allocate (and the allocator map) 1 MiB per call.
         self._buffer = bytearray(_RECV_SIZE)
@@ -510,7 +511,7 @@ class Transport:
                     answer_due = len(self._blocked) > 1  # (with one, that poster reads: see _wait)
                     # A poster that takes the lead while this thread waits kicks it out (wait_for);
                     # one that took it before the flag was up saw none: look again.
-                    self._reader_in_set = True
+                    self._lead.set_reader_waiting(True)
                     if not self._lead.locked():
                         if self._wave:
                             ready = self._wait(min(wait, _WAVE_WAIT), woken, answer_due, self._reader_epoll)
@@ -518,17 +519,18 @@ class Transport:
                                 self._release_wave()
                         else:
                             ready = self._wait(wait, woken, answer_due, self._reader_epoll)
-                    self._reader_in_set = False
+                    self._lead.set_reader_waiting(False)
                 if self._lead.locked():
                     # A poster reads in the reader's place (wait_for): reading too would race it
                     # for its answer (both sets hear of the socket's data, each has its kick).
-                    # Wait for it to finish (without taking _lead: see _codec.Lead), then look
-                    # (it may have left data, or this thread skipped some) unless a poster
-                    # reads again.
+                    # Wait, without the interpreter lock, until it is done and data is there
+                    # (it may have left some): the next post need not hand this thread the
+                    # interpreter lock as it lets go of it (see _codec.wait_lead_then_ready).
                     if woken:
                         _codec.set_latches(woken)
-                    self._lead.wait_free(min(max(wait, 0.01), 1.0))
-                    ready = 0 if self._lead.locked() else _READY_SOCKET
+                    assert self._reader_epoll is not None  # posters take _lead only with epoll
+                    ready = _wait_lead_then_ready(self._lead, self._reader_epoll.fileno(), self._fd,
+                                                  min(max(wait, 0.01), 1.0))
                 # A kick (without data) may mean that a thread reading in the reader's place
                 # left data: look.
                 if ready:
@@ -687,7 +689,7 @@ class Transport:
             deadline = time.monotonic() + timeout
             woken: List[_codec.Latch] = []
             try:
-                if self._reader_in_set:
+                if self._lead.reader_waiting():
                     os.eventfd_write(self._reader_kick, 1)  # out of its set: see _read_loop
                 if self._wave:
                     self._release_wave()  # this post may be held, and nobody else waits to send

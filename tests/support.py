@@ -4,8 +4,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import signal
+import threading
 import time
-from typing import Iterator, List, Type
+from typing import Callable, Iterator, List, Type
 
 import bmq
 from bmq import _codec, events
@@ -16,6 +17,17 @@ _names = itertools.count()
 def fresh_uri(domain: str = "bmq.test.mem.priority", prefix: str = "q") -> str:
     """A queue URI no other test uses, so tests sharing a broker cannot see each other's messages."""
     return f"bmq://{domain}/{prefix}{next(_names)}-{time.monotonic_ns() % 10**9}"
+
+
+def until(predicate: Callable[[], object], timeout: float) -> bool:
+    """Whether ``predicate()`` became true within ``timeout`` seconds, looked at every ms: for
+    state another thread changes without signalling anything to wait on."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        threading.Event().wait(0.001)
+    return True
 
 
 def drain(queue: bmq.Queue, count: int, timeout: float = 10.0) -> list:

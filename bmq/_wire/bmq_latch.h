@@ -142,6 +142,21 @@ static int bmq_lead_wait_free(bmq_latch *lead, double seconds)
     return !held;
 }
 
+/* A flag two threads hand over without a lock (Lead's reader-waiting flag): stored by one,
+   read by the other, each followed or preceded by a full fence, so that of "flag up, then look
+   at the lead" and "take the lead, then look at the flag" one always sees the other. */
+static void bmq_flag_store(int *flag, int value)
+{
+    __atomic_store_n(flag, value, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+static int bmq_flag_load(int *flag)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return __atomic_load_n(flag, __ATOMIC_SEQ_CST);
+}
+
 #include <unistd.h>
 #include <stdint.h>
 #if defined(__linux__)

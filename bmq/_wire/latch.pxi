@@ -20,6 +20,8 @@ cdef extern from "bmq_latch.h" nogil:
     int bmq_lead_acquire(bmq_latch *lead, double seconds)
     void bmq_lead_release(bmq_latch *lead)
     int bmq_lead_wait_free(bmq_latch *lead, double seconds)
+    void bmq_flag_store(int *flag, int value)
+    int bmq_flag_load(int *flag)
     int bmq_epoll_wait(int epfd, int timeout_ms, int *fds, int max_fds)
     int bmq_kick(int fd)
     void bmq_drain(int fd)
@@ -108,6 +110,8 @@ cdef class Lead:
     any thread; held by one at most, and released by any.
     """
     cdef bmq_latch lead
+    # The reader thread is waiting in its epoll set: a poster taking the lead kicks it out.
+    cdef int reader_waits
 
     def __cinit__(self):
         cdef int rc = bmq_latch_init(&self.lead)
@@ -142,6 +146,17 @@ cdef class Lead:
         with nogil:
             free = bmq_lead_wait_free(&self.lead, timeout)
         return bool(free)
+
+    def set_reader_waiting(self, bint waiting):
+        """The reader thread is (or no longer is) waiting in its epoll set (see
+        :func:`wait_lead_then_ready`)."""
+        bmq_flag_store(&self.reader_waits, waiting)
+
+    def reader_waiting(self):
+        """Whether the reader thread is waiting in its epoll set: a poster that took the lead
+        then kicks it out, or it would wake for the poster's answer too."""
+        return bool(bmq_flag_load(&self.reader_waits))
+
 
 
 def set_latches(list woken):
@@ -274,5 +289,53 @@ def wait_ready(int epfd, int sock_fd, double timeout, list woken, double spin=0.
     if got < 0:
         if errno == EINTR:
             return 0
+        raise OSError(errno, _os_strerror(errno))
+    return ready
+
+
+def wait_lead_then_ready(Lead lead, int epfd, int sock_fd, double timeout):
+    """The reader thread's wait while a poster holds ``lead`` (reading in its place: see
+    Transport.wait_for), without the interpreter lock: until the lead is free and socket
+    ``sock_fd`` has data, then READY_SOCKET; 0 after ``timeout`` seconds.
+
+    Once the lead is free the socket is looked at (a poster may have left data), and then
+    waited for in the reader's edge-triggered epoll set ``epfd``, announced with the lead's
+    reader-waiting flag: a poster taking the lead meanwhile kicks the set, and the wait goes
+    back to the lead. The reader thread so takes the interpreter lock again only for data:
+    waking for each release of the lead, it took it while the next post let go of it (the ssl
+    module lets go of it in every call: encrypting a PUT took 18 instead of 1.2 us).
+
+    Raises:
+        OSError: the epoll wait failed.
+    """
+    cdef int64_t deadline = monotonic_ns() + <int64_t>(timeout * 1e9)
+    cdef int64_t left
+    cdef int fds[2]
+    cdef int got = 0, i, ready = 0
+    cdef pollfd look
+    with nogil:
+        while True:
+            left = deadline - monotonic_ns()
+            if left <= 0 or not bmq_lead_wait_free(&lead.lead, left * 1e-9):
+                break
+            look.fd = sock_fd
+            look.events = POLLIN
+            look.revents = 0
+            if c_poll(&look, 1, 0) > 0:  # level-triggered: what is there now, not stale edges
+                ready = _READY_SOCKET
+                break
+            bmq_flag_store(&lead.reader_waits, 1)
+            got = 0
+            if bmq_lead_wait_free(&lead.lead, 0.0):  # still free, so a taker will see the flag
+                left = deadline - monotonic_ns()
+                got = bmq_epoll_wait(epfd, wait_ms(left * 1e-9) if left > 0 else 0, fds, 2)
+            bmq_flag_store(&lead.reader_waits, 0)
+            for i in range(got if got > 0 else 0):
+                if fds[i] != sock_fd:
+                    bmq_drain(fds[i])  # a kick: a poster took the lead (or left data)
+            if got < 0 and errno != EINTR:
+                ready = -1
+                break
+    if ready < 0:
         raise OSError(errno, _os_strerror(errno))
     return ready

@@ -9,11 +9,12 @@ import signal
 import socket
 import threading
 import time
+from typing import List
 
 import pytest
 
 from bmq import _codec
-from support import Interrupted, sigusr1_raises
+from support import Interrupted, sigusr1_raises, until as _until
 
 
 def test_a_latch_waits_out_its_timeout_until_set_then_stays_set():
@@ -177,3 +178,36 @@ def test_a_lead_is_held_by_one_thread_and_waiting_for_it_to_be_free_does_not_tak
     assert results[-1] is True and lead.locked()
     lead.release()
     assert not lead.locked()
+
+
+@pytest.mark.skipif(not (hasattr(select, "epoll") and hasattr(os, "eventfd")), reason="epoll and eventfd: Linux")
+def test_the_reader_waits_through_lead_releases_until_data_and_a_taker_kicks_it_back_to_the_lead():
+    a, b = socket.socketpair()
+    epoll = select.epoll()
+    kick = os.eventfd(0, os.EFD_NONBLOCK)
+    lead = _codec.Lead()
+    try:
+        epoll.register(a.fileno(), select.EPOLLIN | select.EPOLLET)
+        epoll.register(kick, select.EPOLLIN | select.EPOLLET)
+        assert lead.acquire()
+        assert _codec.wait_lead_then_ready(lead, epoll.fileno(), a.fileno(), 0.05) == 0  # held all along
+        b.send(b"the holder's answer")  # arrives while the lead is held: not the reader's
+        got: List[int] = []
+        reader = threading.Thread(target=lambda: got.append(
+            _codec.wait_lead_then_ready(lead, epoll.fileno(), a.fileno(), 30.0)))
+        reader.start()
+        a.recv(100)  # the holder reads its answer
+        lead.release()  # and leaves nothing: the reader goes on waiting, in its set
+        assert _until(lead.reader_waiting, 10)
+        assert lead.acquire()  # a poster takes the lead: out of its set, and kicked
+        os.eventfd_write(kick, 1)
+        assert _until(lambda: not lead.reader_waiting(), 10)
+        b.send(b"left unread")  # the holder leaves data behind: the reader reads it once free
+        lead.release()
+        reader.join(10)
+        assert got == [_codec.READY_SOCKET]
+    finally:
+        epoll.close()
+        os.close(kick)
+        a.close()
+        b.close()

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 
 from bmq import _codec
+from support import until as _until
 from bmq import _transport
 from bmq._dispatch import new_futures, resolve_futures
 from bmq._transport import Transport
@@ -437,16 +438,6 @@ class _SilentPeer:
         self.server.close()
 
 
-def _until(predicate: Any, timeout: float) -> bool:
-    """Whether ``predicate()`` became true within ``timeout`` seconds (looked at every ms)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        threading.Event().wait(0.001)
-    return True
-
-
 @needs_epoll
 def test_a_poster_taking_the_lead_sends_the_reader_thread_out_of_its_set_and_reads_its_answer():
     """The reader thread waiting in its epoll set would wake for the poster's answer too (each
@@ -458,12 +449,12 @@ def test_a_poster_taking_the_lead_sends_the_reader_thread_out_of_its_set_and_rea
         transport.set_heartbeat(60.0, 10)  # the reader's waits last a minute unless woken
         guids = _codec.GuidGenerator(7)
         for _ in range(5):
-            assert _until(lambda: transport._reader_in_set, 10)  # idle, in its set
+            assert _until(lambda: transport._lead.reader_waiting(), 10)  # idle, in its set
             guid, latch = link.post(guids, 1)
             answered: List[bool] = []
             poster = threading.Thread(target=lambda: answered.append(transport.wait_for(latch, 30)), name="poster")
             poster.start()
-            assert _until(lambda: transport._lead.locked() and not transport._reader_in_set, 10)
+            assert _until(lambda: transport._lead.locked() and not transport._lead.reader_waiting(), 10)
             peer.answer(guid)
             poster.join(30)
             assert answered == [True] and link.seen[-1] == ("poster", guid)
@@ -475,7 +466,7 @@ def test_the_reader_thread_leaves_the_socket_to_the_lead_and_reads_what_is_left_
     peer = _SilentPeer()
     with _Link(peer) as link:
         transport = link.transport
-        assert _until(lambda: transport._reader_in_set, 10)
+        assert _until(lambda: transport._lead.reader_waiting(), 10)
         assert transport._lead.acquire()  # as a poster taking the lead (that then reads nothing)
         guid = bytes(range(16))
         latch = link.latches[guid] = _codec.Latch()
