@@ -17,7 +17,7 @@ from ._ext import (
 )
 from ._messages import Ack, Message, MessageHandle
 from ._monitors import BasicHealthMonitor
-from ._timeouts import Timeouts
+from ._timeouts import OptionalFields, Timeouts
 from ._typing import PropertyTypeDict, PropertyValueDict
 from .exceptions import Error
 from .session_events import SessionEvent
@@ -100,7 +100,7 @@ def _fits(kind: Any, value: Any) -> bool:
     return False
 
 
-class QueueOptions:
+class QueueOptions(OptionalFields):
     """Consumption options of a queue; every field None by default.
 
     ``open_queue`` gives a None field its default (the ``DEFAULT_*`` class attributes);
@@ -125,6 +125,8 @@ class QueueOptions:
     DEFAULT_SUSPENDS_ON_BAD_HOST_HEALTH = DEFAULT_SUSPENDS_ON_BAD_HOST_HEALTH
     """``suspends_on_bad_host_health`` when not given."""
 
+    _FIELDS = _OPTION_NAMES
+
     def __init__(
         self,
         max_unconfirmed_messages: Optional[int] = None,
@@ -137,30 +139,19 @@ class QueueOptions:
         self.consumer_priority = consumer_priority
         self.suspends_on_bad_host_health = suspends_on_bad_host_health
 
-    def _values(self) -> Tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in _OPTION_NAMES)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, QueueOptions) and self._values() == other._values()
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __repr__(self) -> str:
-        given = (f"{name}={getattr(self, name)!r}" for name in _OPTION_NAMES if getattr(self, name) is not None)
-        return f"QueueOptions({', '.join(given)})"
-
 
 _SESSION_OPTION_NAMES = ("message_compression_algorithm", "timeouts", "host_health_monitor", "num_processing_threads",
                          "blob_buffer_size", "channel_high_watermark", "event_queue_watermarks", "stats_dump_interval")
 
 
-class SessionOptions:
+class SessionOptions(OptionalFields):
     """Options of a session for :meth:`Session.with_options`; every field None by default
     (the session's default then applies). See :class:`Session` for each.
 
     Thread-safety: a plain value.
     """
+
+    _FIELDS = _SESSION_OPTION_NAMES
 
     def __init__(
         self,
@@ -181,20 +172,6 @@ class SessionOptions:
         self.channel_high_watermark = channel_high_watermark
         self.event_queue_watermarks = event_queue_watermarks
         self.stats_dump_interval = stats_dump_interval
-
-    def _values(self) -> Tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in _SESSION_OPTION_NAMES)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SessionOptions) and self._values() == other._values()
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __repr__(self) -> str:
-        given = (f"{name}={getattr(self, name)!r}" for name in _SESSION_OPTION_NAMES
-                 if getattr(self, name) is not None)
-        return f"SessionOptions({', '.join(given)})"
 
 
 def _bmq_options(compression: bmq.CompressionAlgorithmType, timeouts: Timeouts,
