@@ -531,6 +531,10 @@ class Transport:
                     assert self._reader_epoll is not None  # posters take _lead only with epoll
                     ready = _wait_lead_then_ready(self._lead, self._reader_epoll.fileno(), self._fd,
                                                   min(max(wait, 0.01), 1.0))
+                    if ready and self._lead.locked():
+                        # A poster took the lead while this thread got the interpreter lock
+                        # back: the data is its answer, for it to read.
+                        ready = 0
                 # A kick (without data) may mean that a thread reading in the reader's place
                 # left data: look.
                 if ready:
