@@ -154,6 +154,36 @@ class BrokerProcess:
                 self.proc.wait()
 
 
+class ExternalBroker(BrokerProcess):
+    """A broker this script did not start (``--broker ADDR``): its address only; its CPU is
+    not measured."""
+
+    name = "external broker"
+
+    def __init__(self, address: str) -> None:  # noqa: D107 - no process of ours
+        self.address = address
+
+    def cpu_seconds(self) -> float:
+        return 0.0
+
+    def stop(self) -> None:
+        pass
+
+
+def measure(broker: BrokerProcess, run: Callable[[], Optional[Dict[str, float]]], count: int) -> Dict[str, float]:
+    """Throughput and CPU per message of the client (this process) and of the broker, while
+    ``run()`` handles ``count`` messages; what ``run`` returns (latencies, say) is added."""
+    client0, broker0, t0 = time.process_time(), broker.cpu_seconds(), time.perf_counter()
+    extra = run() or {}
+    elapsed = time.perf_counter() - t0
+    return {
+        "msgs_per_s": count / elapsed,
+        "client_cpu_us_per_msg": (time.process_time() - client0) / count * 1e6,
+        "broker_cpu_us_per_msg": (broker.cpu_seconds() - broker0) / count * 1e6,
+        **extra,
+    }
+
+
 class RealBrokerProcess(BrokerProcess):
     """The real bmqbrkr from ``../shared/bmqbrkr`` (or ``home``) on a free port, fresh directory."""
 

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import bmq.compat
-from _report import BrokerProcess, RealBrokerProcess, default_bmqbrkr_home, emit, fill_queue, make_parser
+from _report import (BrokerProcess, ExternalBroker, RealBrokerProcess, default_bmqbrkr_home, emit, fill_queue,
+                     make_parser, measure)
 
 try:
     import blazingmq
@@ -88,19 +89,6 @@ def consume_on_message_confirm(api: Any, address: str, uri: str, count: int) -> 
             raise RuntimeError(f"{api.__name__}: consumer stalled")
 
 
-# ---- measuring ----------------------------------------------------------------------------------
-def measure(broker: BrokerProcess, run: Callable[[], None], count: int) -> Dict[str, float]:
-    """Throughput and CPU per message of the client (this process) and of the broker."""
-    client0, broker0, t0 = time.process_time(), broker.cpu_seconds(), time.perf_counter()
-    run()
-    elapsed = time.perf_counter() - t0
-    return {
-        "msgs_per_s": count / elapsed,
-        "client_cpu_us_per_msg": (time.process_time() - client0) / count * 1e6,
-        "broker_cpu_us_per_msg": (broker.cpu_seconds() - broker0) / count * 1e6,
-    }
-
-
 def run_once(start_broker: Callable[[], BrokerProcess], pattern: str, api: Any, count: int) -> Dict[str, float]:
     broker = start_broker()
     try:
@@ -111,21 +99,6 @@ def run_once(start_broker: Callable[[], BrokerProcess], pattern: str, api: Any, 
         return measure(broker, lambda: consume_on_message_confirm(api, broker.address, uri, count), count)
     finally:
         broker.stop()
-
-
-class _External(BrokerProcess):
-    """A broker already running elsewhere: its address only (its CPU is not measured)."""
-
-    name = "external broker"
-
-    def __init__(self, address: str) -> None:  # noqa: D107 - no process of ours
-        self.address = address
-
-    def cpu_seconds(self) -> float:
-        return 0.0
-
-    def stop(self) -> None:
-        pass
 
 
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
@@ -142,7 +115,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         parser.error("the official blazingmq SDK is not installed (pip install blazingmq)")
     if args.broker:
         def start_broker() -> BrokerProcess:
-            return _External(args.broker)
+            return ExternalBroker(args.broker)
         where_name = args.broker
     elif args.bmqbrkr:
         def start_broker() -> BrokerProcess:

@@ -53,8 +53,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import bmq
-from _report import (BrokerProcess, ClusterProcess, RealBrokerProcess, default_bmqbrkr_home, drain_in_batches, emit,
-                     fill_queue, make_parser)
+from _report import (BrokerProcess, ClusterProcess, ExternalBroker, RealBrokerProcess, default_bmqbrkr_home,
+                     drain_in_batches, emit, fill_queue, make_parser, measure)
 
 try:
     import blazingmq
@@ -382,19 +382,6 @@ CONSUME = {
 }
 
 
-def measure(broker: BrokerProcess, run: Callable[[], Optional[Dict[str, float]]], count: int) -> Dict[str, float]:
-    """Throughput and CPU per message of the client (this process) and of the broker."""
-    client0, broker0, t0 = time.process_time(), broker.cpu_seconds(), time.perf_counter()
-    extra = run() or {}
-    elapsed = time.perf_counter() - t0
-    return {
-        "msgs_per_s": count / elapsed,
-        "client_cpu_us_per_msg": (time.process_time() - client0) / count * 1e6,
-        "broker_cpu_us_per_msg": (broker.cpu_seconds() - broker0) / count * 1e6,
-        **extra,
-    }
-
-
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser = make_parser("bmq vs the official blazingmq SDK, pattern by pattern")
     where = parser.add_mutually_exclusive_group()
@@ -431,7 +418,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
 
     def start_broker() -> BrokerProcess:
         if args.broker:
-            return _External(args.broker)
+            return ExternalBroker(args.broker)
         if args.cluster:
             return ClusterProcess(Path(args.cluster))
         if args.bmqbrkr:
@@ -602,21 +589,6 @@ def run_tls(args: Any, patterns: List[str]) -> Dict[str, Any]:
          ["pattern", "plaintext msg/s", "TLS msg/s", "TLS / plaintext", "plaintext CPU us/msg", "TLS CPU us/msg",
           "broker CPU us/msg (TLS run)"], rows, results, args.json)
     return results
-
-
-class _External(BrokerProcess):
-    """A broker this script did not start: its address only."""
-
-    name = "external broker"
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-
-    def cpu_seconds(self) -> float:
-        return 0.0
-
-    def stop(self) -> None:
-        pass
 
 
 if __name__ == "__main__":
