@@ -16,7 +16,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 #: How long a starting broker may take to accept connections (it usually needs ~1 s).
 START_TIMEOUT = 30.0
@@ -27,6 +27,28 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def wait_listening(process: subprocess.Popen, port: int, timeout: float, what: str,
+                   output: Callable[[], str]) -> None:
+    """Return once ``process`` accepts TCP connections on 127.0.0.1:``port``.
+
+    Raises:
+        RuntimeError: it exited first, or ``timeout`` seconds passed (the message ends with
+            ``output()``, what it printed); the caller stops it.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode} while starting:\n{output()}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not accept connections on port {port} within {timeout} s:\n"
+                                   f"{output()}") from None
+            time.sleep(0.05)  # polling a port that is not open yet: nothing to wait on
 
 
 def etc_with(home: Path, destination: Path, authentication: Dict[str, Any]) -> Path:
@@ -84,21 +106,12 @@ class RealBroker:
         with open(self._output, "wb") as output:
             self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
                                             start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if self.process.poll() is not None:
-                code = self.process.returncode
-                self.process = None
-                raise RuntimeError(f"bmqbrkr exited with {code} while starting:\n{self.output_tail()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise RuntimeError(f"bmqbrkr did not accept connections on port {self.port} within "
-                                       f"{START_TIMEOUT} s:\n{self.output_tail()}")
-                time.sleep(0.05)  # polling a port that is not open yet: nothing to wait on
+        try:
+            wait_listening(self.process, self.port, START_TIMEOUT, "bmqbrkr", self.output_tail)
+        except RuntimeError:
+            self.kill()
+            raise
+        return self
 
     def output_tail(self, lines: int = 30) -> str:
         """The last lines the broker printed (stdout and stderr) in its latest start."""

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Dict, List, Optional
+
+from realbroker import free_port, wait_listening
 
 START_TIMEOUT = 20.0
 
@@ -75,12 +75,6 @@ def make_certificates(directory: Path) -> Dict[str, Path]:
     return files
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Stunnel:
     """``stunnel4`` on a free 127.0.0.1 port terminating TLS in front of ``upstream``
     (``tcp://host:port``), with ``cert``/``key``; with ``client_ca`` it requires client
@@ -90,7 +84,7 @@ class Stunnel:
                  client_ca: Optional[Path] = None) -> None:
         self.binary = binary
         self.directory = directory
-        self.port = _free_port()
+        self.port = free_port()
         host, port = upstream.split("://", 1)[-1].rsplit(":", 1)
         self.upstream = (host, int(port))
         self.cert, self.key, self.client_ca = cert, key, client_ca
@@ -125,18 +119,12 @@ class Stunnel:
         config.write_text(self._config())
         self.process = subprocess.Popen([self.binary, str(config)], stdout=subprocess.DEVNULL,
                                         stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"stunnel exited with {self.process.returncode}: {self.log_tail()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"stunnel did not listen on {self.port}: {self.log_tail()}")
-                time.sleep(0.05)  # polling a port that is not open yet: nothing to wait on
+        try:
+            wait_listening(self.process, self.port, START_TIMEOUT, "stunnel", self.log_tail)
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def log_tail(self, lines: int = 20) -> str:
         log = self.directory / "stunnel.log"
