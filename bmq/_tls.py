@@ -250,9 +250,9 @@ class TLSChannel:
                     raise TLSError(f"TLS error towards {self._peer}: {_reason(exc)}") from exc
             return self._outgoing.read()
 
-    def decrypt(self, data: Union[bytes, bytearray, memoryview]) -> List[bytes]:
-        """The plaintext of received ``data``, in chunks (a partial record waits for the rest);
-        after the peer's close_notify, :attr:`peer_closed` is set.
+    def decrypt(self, data: Union[bytes, bytearray, memoryview]) -> bytes:
+        """The plaintext of received ``data`` (a partial record waits for the rest); after the
+        peer's close_notify, :attr:`peer_closed` is set.
 
         Raises:
             TLSError: a record failed (tampered with, or an alert from the peer: e.g. a client
@@ -281,7 +281,7 @@ class TLSChannel:
                 self.peer_closed = True  # its close_notify: it sends nothing more
             except ssl.SSLError as exc:
                 raise TLSError(_read_error(self._peer, exc)) from exc
-        return chunks
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _read_error(peer: str, exc: ssl.SSLError) -> str:

@@ -149,7 +149,7 @@ class Transport:
         # Encrypted bytes a write without waiting left over: the next write (by the thread then
         # holding _writing) sends them first, and the writer thread is woken for them.
         self._tls_out = b""
-        self._tls_early: List[bytes] = []
+        self._tls_early = b""
         self._on_events = on_events
         self._on_failure = on_failure
         self._high_watermark = high_watermark
@@ -483,8 +483,8 @@ class Transport:
         try:
             if self._tls_early:
                 with self._read_lock:
-                    early, self._tls_early = self._tls_early, []
-                    self._hand_up([event for plain in early for event in self._frames.feed(plain)], woken)
+                    early, self._tls_early = self._tls_early, b""
+                    self._hand_up(self._frames.feed(early), woken)
             while True:
                 interval = self._heartbeat_interval
                 now = time.monotonic()
@@ -622,9 +622,7 @@ class Transport:
             return size
         tls = self.tls
         if tls is not None:
-            events = []
-            for plain in tls.decrypt(self._view[:size]):
-                events += self._frames.feed(plain)
+            events = self._frames.feed(tls.decrypt(self._view[:size]))
         else:
             if not self.bytes_in and looks_like_tls(self._view[:size]):
                 raise TLSError(f"{self.address[0]}:{self.address[1]} answered with TLS: it is a TLS endpoint, "

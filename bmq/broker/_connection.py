@@ -317,7 +317,7 @@ class ClientSession:
                 logger.debug("client %s: %s, %s", self.peer, tls.version, tls.cipher)
                 # The read that finished the handshake may have brought the client's first
                 # records too (it writes right after its Finished): they are in the channel.
-                early = [event for plain in tls.decrypt(b"") for event in self._frames.feed(plain)]
+                early = self._frames.feed(tls.decrypt(b""))
                 if early:
                     self._broker._handle_events(self, early)
             while True:
@@ -330,12 +330,7 @@ class ClientSession:
                     break
                 self.alive = True
                 self.reader_busy = True
-                if tls is None:
-                    events = self._frames.feed(data)
-                else:
-                    events = []
-                    for plain in tls.decrypt(data):
-                        events += self._frames.feed(plain)
+                events = self._frames.feed(data if tls is None else tls.decrypt(data))
                 self._broker._handle_events(self, events)
                 self.reader_busy = False
         except ProtocolError as exc:
