@@ -231,6 +231,8 @@ class Session:
         self._conn = conn
         if conn.endpoint is not None:
             self._endpoint = conn.endpoint
+            if self._telemetry is not None:
+                self._telemetry.connected_to(conn.endpoint.host, conn.endpoint.port)
         self._generation += 1
         self._new_style = conn.new_style_properties
         if self.options.credential is not None:

@@ -116,7 +116,8 @@ class Telemetry:
         self._tracer = self._trace.get_tracer("bmq", __version__)
         meter = metrics.get_meter("bmq", __version__)
         self.status_error = self._trace.StatusCode.ERROR
-        self._server = {"server.address": host, "server.port": port}
+        self._server: Dict[str, Any] = {}
+        self.connected_to(host, port)
         self.sent = meter.create_counter(
             "messaging.client.sent.messages", unit="{message}", description="Messages posted (counted at their ACK)")
         self.consumed = meter.create_counter(
@@ -125,6 +126,11 @@ class Telemetry:
             "messaging.client.operation.duration", unit="s", description="From a post call to its last ACK")
         self.process_duration = meter.create_histogram(
             "messaging.process.duration", unit="s", description="From a message's delivery to its confirm")
+
+    def connected_to(self, host: str, port: int) -> None:
+        """Name the broker address in use in what follows (a session given several addresses
+        moves to another one after a failover)."""
+        self._server = {"server.address": host, "server.port": port}
 
     def _common(self, uri: str, operation: str) -> Tuple[str, Dict[str, Any]]:
         """The destination (the URI without ``?id=``) and the attributes every span and

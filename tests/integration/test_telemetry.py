@@ -215,3 +215,14 @@ def test_the_official_sdk_consumer_receives_the_trace_context(otel, broker_addre
     trace_id, span_id = TRACEPARENT.match(received[0]["traceparent"]).groups()
     assert (int(trace_id, 16), int(span_id, 16)) == (send.context.trace_id, send.context.span_id)
     assert received[0]["kind"] == "new"
+
+
+def test_spans_name_the_broker_address_in_use_not_the_first_configured(otel, broker_address):
+    from realbroker import free_port
+
+    unreachable = f"tcp://127.0.0.1:{free_port()}"
+    with bmq.Session([unreachable, broker_address], traced()) as session:
+        assert session.broker == broker_address
+        session.open_queue(fresh_uri(prefix="otel-address"), write=True).post(b"x")
+    send, = otel.finished("send ")
+    assert send.attributes["server.port"] == int(broker_address.rsplit(":", 1)[1])
