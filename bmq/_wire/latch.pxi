@@ -298,8 +298,9 @@ def wait_lead_then_ready(Lead lead, int epfd, int sock_fd, double timeout):
     Transport.wait_for), without the interpreter lock: until the lead is free and socket
     ``sock_fd`` has data, then READY_SOCKET; 0 after ``timeout`` seconds.
 
-    Once the lead is free the socket is looked at (a poster may have left data), and then
-    waited for in the reader's edge-triggered epoll set ``epfd``, announced with the lead's
+    Once the lead is free the socket is looked at (a poster may have left data; data found
+    after a poster took the lead again is its answer, left to it), and then waited for in the
+    reader's edge-triggered epoll set ``epfd``, announced with the lead's
     reader-waiting flag: a poster taking the lead meanwhile kicks the set, and the wait goes
     back to the lead. The reader thread so takes the interpreter lock again only for data:
     waking for each release of the lead, it took it while the next post let go of it (the ssl
@@ -322,6 +323,11 @@ def wait_lead_then_ready(Lead lead, int epfd, int sock_fd, double timeout):
             look.events = POLLIN
             look.revents = 0
             if c_poll(&look, 1, 0) > 0:  # level-triggered: what is there now, not stale edges
+                if not bmq_lead_wait_free(&lead.lead, 0.0):
+                    # A poster took the lead since: the data is its answer. Back to waiting
+                    # here, not in Python: there this thread would want the interpreter lock
+                    # while the poster lets go of it in the ssl module's calls (see below).
+                    continue
                 ready = _READY_SOCKET
                 break
             bmq_flag_store(&lead.reader_waits, 1)
