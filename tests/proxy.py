@@ -105,6 +105,8 @@ class Proxy:
         except OSError:
             pass
         _close(source, target)
+        with self._lock:  # gone: a later cut() counts (and closes) only live connections
+            self._pairs = [pair for pair in self._pairs if source not in pair]
 
 
 def _close(*socks: socket.socket) -> None:

@@ -1,0 +1,115 @@
+"""Endurance: minutes to hours of mixed traffic through faults, with the client's memory,
+threads, file descriptors, latency and throughput over time, and every message accounted for.
+
+    python benchmarks/soak.py [--minutes M] [--bmqbrkr] [--json FILE] [--png FILE]
+
+Against the embedded broker (in its own process) by default, ``--bmqbrkr`` against the real
+broker from ``../shared/bmqbrkr`` (SIGKILLed and restarted on its storage as one of the
+faults). The engine is ``tests/endurance.py``, which the test suite runs for ~35 s per broker
+(``tests/fault/test_soak.py``); see its docstring for the traffic and the faults. Prints the
+checks and exits 1 when one fails. The picture needs matplotlib (``pip install ".[bench]"``);
+without it the JSON is still written.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from _report import default_bmqbrkr_home, machine_info, make_parser  # noqa: E402
+from endurance import SoakConfig, SoakResult, run_soak  # noqa: E402
+
+
+def plot(result: SoakResult, path: str) -> bool:
+    """Draw the samples over time, faults marked, into ``path``; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"matplotlib is not installed (pip install matplotlib, or the bench extra): {path} not drawn",
+              file=sys.stderr)
+        return False
+    samples = result.samples
+    t = [s["t"] for s in samples]
+    panels: List[Dict[str, Any]] = [
+        {"title": "messages/s (acked per pattern, delivered per reader)",
+         "lines": {name: [s["rate"].get(name, 0) for s in samples] for name in samples[-1]["rate"]}},
+        {"title": "latency ms (p50, p99)",
+         "lines": {key: [s[key] for s in samples] for key in ("post_p50_ms", "post_p99_ms", "async_p50_ms",
+                                                               "async_p99_ms")}, "log": True},
+        {"title": "RSS MB", "lines": {"rss_mb": [s["rss_mb"] for s in samples]}},
+        {"title": "threads, open fds", "lines": {k: [s[k] for s in samples] for k in ("threads", "fds")}},
+        {"title": "writer queue KB, outbox and in-flight messages",
+         "lines": {"writer_queue_kb": [s["writer_queue_bytes"] / 1024 for s in samples],
+                   "outbox_messages": [s["outbox_messages"] for s in samples],
+                   "in_flight": [s["in_flight"] for s in samples]}},
+    ]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3 * len(panels)), sharex=True)
+    colours = {"cut": "tab:red", "stall": "tab:orange", "crash": "black", "restart": "black", "reopen": "tab:green",
+               "drop": "tab:purple", "withhold": "tab:brown"}
+    for ax, panel in zip(axes, panels):
+        for name, values in panel["lines"].items():
+            ax.plot(t, [float("nan") if v is None else v for v in values], label=name, linewidth=1)
+        if panel.get("log"):
+            ax.set_yscale("log")
+        for fault in result.faults:
+            ax.axvspan(fault["start"], max(fault["end"], fault["start"] + 0.5), color=colours[fault["kind"]],
+                       alpha=0.25, linewidth=0)
+        ax.set_title(panel["title"], fontsize=9)
+        ax.legend(fontsize=7, loc="upper left", ncol=4)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("seconds")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c, alpha=0.4) for k, c in colours.items()
+               if any(f["kind"] == k for f in result.faults)]
+    labels = [k for k in colours if any(f["kind"] == k for f in result.faults)]
+    fig.legend(handles, labels, loc="upper right", title="faults", fontsize=8)
+    fig.suptitle(f"bmq soak against {result.broker}: {result.seconds / 60:.0f} min, "
+                 f"{'PASS' if result.ok else 'FAIL'}", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 0.93, 0.97))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def main() -> int:
+    parser = make_parser(__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long (default: %(default)s)")
+    parser.add_argument("--bmqbrkr", action="store_true", help="against the real broker (../shared/bmqbrkr)")
+    parser.add_argument("--png", metavar="FILE", help="draw the samples over time, faults marked")
+    parser.add_argument("--interval", type=float, default=5.0, help="seconds between samples (default: %(default)s)")
+    parser.add_argument("--fault-every", type=float, default=30.0, help="seconds between faults (default: %(default)s)")
+    args = parser.parse_args()
+    home = None
+    if args.bmqbrkr:
+        home = default_bmqbrkr_home()
+        if not (home / "run").exists():
+            parser.error(f"--bmqbrkr: {home}/run not found")
+    config = SoakConfig(seconds=args.minutes * 60, bmqbrkr_home=home, interval=args.interval,
+                        fault_every=args.fault_every)
+    result = run_soak(config)
+    totals = result.totals
+    print()
+    for name, stream in totals["streams"].items():
+        readers = {k: v for k, v in stream.items() if isinstance(v, dict)}
+        print(f"{name:>10} ({stream['pattern']}, {stream['domain']}): posted {stream['posted']:,}, "
+              f"acked {stream['acked']:,}; " + "; ".join(
+                  f"{r}: delivered {v['delivered']:,}, missing {v['missing']}, lost with crashed memory "
+                  f"{v['lost_with_crashed_memory']}" for r, v in readers.items()))
+    print(f"session events: {totals['events']}")
+    print(result.report())
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"benchmark": "soak", "machine": machine_info(), **result.as_dict()}, f, indent=1)
+            f.write("\n")
+    if args.png:
+        plot(result, args.png)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
