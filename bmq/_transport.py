@@ -619,7 +619,7 @@ class Transport:
             ConnectionLost: the broker closed the connection.
             OSError: the read failed.
         """
-        size = _recv_now(self._fd, self._buffer)
+        size = _recv_now(self._fd, self._view)
         if size <= 0:
             if not size:
                 raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
