@@ -5,9 +5,20 @@ broker from ../shared/bmqbrkr), or else the embedded broker started as its own p
 it does not share the benchmark's interpreter lock with the clients:
 
 * ``post_many``: one process, one session, ``Queue.post_many`` in chunks, every ACK awaited;
-* ``spark``: ``df.write.format("blazingmq")`` of the same rows from ``local[2]`` (2 executor
-  threads, 2 partitions, each a Python worker with its own session), after a warm-up write
-  that starts the Python workers;
+* the write patterns, from ``local[2]`` (2 executor threads; each task a Python worker with
+  its own session), after warm-up writes that start the Python workers, for each ``--partitions`` count N (2 by default; see :func:`write_results`):
+  ``post_many_Np``, the broker's ingest of the same rows from N processes, each its own session
+  posting its share with ``post_many`` in chunks of 10,000 (an Arrow batch's rows), started
+  together; ``spark_discard_Np``, Spark's floor for writing: the same DataFrame in N partitions
+  into a Python data source whose writer reads and drops the Arrow batches;
+  ``spark_write_Np``, ``df.write.format("blazingmq")`` of that DataFrame; and the streaming
+  twins ``spark_stream_discard_Np`` / ``spark_stream_write_Np``: the same rows from a Python
+  streaming source (N partitions per micro-batch, 250,000 rows per micro-batch,
+  ``Trigger.AvailableNow``) into a dropping stream writer or ``writeStream.format("blazingmq")``,
+  timed from ``start()`` to the query's end. Each Spark write's ratio is to the lower of its
+  floor and ``post_many_Np``; ``*_executor_cpu_us_per_row`` is the CPU of the Python worker
+  processes per row (against ``post_many_Np_cpu_us_per_row``, the posting processes' own),
+  ``*_jvm_cpu_us_per_row`` the JVM's;
 * ``consume``: bmq's own consumer draining a pre-filled queue (``messages()`` + ``confirm_many``);
 * ``consume_batches``: the same with ``get_batch()`` + ``MessageBatch.confirm()`` (what the
   streaming source itself uses), the fastest way bmq consumes;
@@ -29,8 +40,8 @@ it does not share the benchmark's interpreter lock with the clients:
 * ``spark_stream_parquet``: the same into the ``parquet`` file sink (a realistic pipeline: every
   row is written to disk before its messages are confirmed).
 
-Usage: ``python benchmarks/spark.py [--rows N] [--stream-rows N] [--payload BYTES] [--bmqbrkr
-[--bmqbrkr-home DIR]] [--json FILE]``
+Usage: ``python benchmarks/spark.py [--rows N] [--stream-rows N] [--payload BYTES] [--partitions 2,4]
+[--write-only] [--bmqbrkr [--bmqbrkr-home DIR]] [--json FILE]``
 """
 from __future__ import annotations
 
@@ -38,6 +49,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import multiprocessing
 import os
 import platform
 import sys
@@ -45,7 +57,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 import bmq
 from bmq.broker import broker_address
@@ -109,19 +121,6 @@ def spark_session() -> Any:
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(BlazingMQDataSource)
     return spark
-
-
-def spark_rate(spark: Any, broker: str, rows: int, payload: int) -> float:
-    from pyspark.sql import functions as F
-
-    def write(count: int) -> float:
-        df = spark.range(count, numPartitions=2).select(F.expr(f"repeat('x', {payload})").alias("data"))
-        start = time.perf_counter()
-        df.write.format("blazingmq").option("broker", broker).option("queue", _queue("spark")).mode("append").save()
-        return time.perf_counter() - start
-
-    write(10_000)  # warm-up: starts the Python workers and their imports
-    return rows / write(rows)
 
 
 def _progress_end(progress: Dict[str, Any]) -> float:
@@ -252,12 +251,239 @@ def spark_floor_rate(spark: Any, rows: int, payload: int, batch_rows: int = 200_
                       rows)
 
 
+# ---- write patterns ---------------------------------------------------------------------
+
+_CHUNK = 10_000  # rows per post_many call: what one Arrow batch of Spark's carries
+_STREAM_BATCH_ROWS = 250_000  # rows per micro-batch of the streaming writes
+
+
+def _post_share(broker: str, uri: str, rows: int, payload: int, ready: Any, go: Any, results: Any) -> None:
+    """One process of :func:`post_many_processes_rate`: open, say ready, wait for ``go``, post."""
+    data = [b"x" * payload] * _CHUNK
+    with bmq.Session(broker=broker) as session:
+        queue = session.open_queue(uri, write=True)
+        ready.put(None)
+        go.wait()
+        cpu = time.process_time()
+        for first in range(0, rows, _CHUNK):
+            queue.post_many(data[: min(_CHUNK, rows - first)])
+        results.put(time.process_time() - cpu)
+
+
+def post_many_processes_rate(broker: str, rows: int, payload: int, processes: int) -> Dict[str, float]:
+    """The broker's ingest of ``rows`` messages posted by ``processes`` processes at once (each
+    its own session, ``post_many`` of 10,000 at a time, every ACK awaited): ``rows_per_s`` from
+    the start signal to the last process's end, and ``cpu_us_per_row`` of the posting processes."""
+    context = multiprocessing.get_context("spawn")
+    ready, results, go = context.Queue(), context.Queue(), context.Event()
+    uri = _queue("post-many-n")
+    shares = [rows // processes + (index < rows % processes) for index in range(processes)]
+    children = [context.Process(target=_post_share, args=(broker, uri, share, payload, ready, go, results))
+                for share in shares]
+    for child in children:
+        child.start()
+    try:
+        for _ in children:
+            ready.get(timeout=60)
+        start = time.perf_counter()
+        go.set()
+        cpu = sum(results.get(timeout=600) for _ in children)
+        elapsed = time.perf_counter() - start
+    finally:
+        for child in children:
+            child.join(60)
+    return {"rows_per_s": rows / elapsed, "cpu_us_per_row": cpu / rows * 1e6}
+
+
+def _descendants_cpu() -> Tuple[float, float]:
+    """CPU seconds of this process's descendants: (Python processes, JVM). Each counts its own
+    and its reaped children's time, so Spark's Python workers that ended in between (reaped by
+    pyspark's daemon) still count; the broker is left out."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                text = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+            stats[int(entry)] = (name, int(rest[1]), sum(map(int, rest[11:15])) / tick)
+    inside = {os.getpid()}
+    grew = True
+    while grew:
+        grew = False
+        for pid, (_, parent, _) in stats.items():
+            if parent in inside and pid not in inside:
+                inside.add(pid)
+                grew = True
+    python = sum(cpu for pid, (name, _, cpu) in stats.items()
+                 if pid in inside and pid != os.getpid() and name.startswith("python"))
+    jvm = sum(cpu for pid, (name, _, cpu) in stats.items() if pid in inside and name == "java")
+    return python, jvm
+
+
+def _timed(rows: int, run: Any) -> Dict[str, float]:
+    """``run()``'s rows/s, and the CPU per row of Spark's Python workers and of its JVM."""
+    python0, jvm0 = _descendants_cpu()
+    start = time.perf_counter()
+    run()
+    elapsed = time.perf_counter() - start
+    python1, jvm1 = _descendants_cpu()
+    return {"rows_per_s": rows / elapsed, "executor_cpu_us_per_row": (python1 - python0) / rows * 1e6,
+            "jvm_cpu_us_per_row": (jvm1 - jvm0) / rows * 1e6}
+
+
+def _register_write_floors(spark: Any) -> None:
+    """``bmq-bench-discard``: a data source whose writers read every Arrow batch and drop it
+    (Spark's floor for writing); ``bmq-bench-rows``: a streaming source of ``rows`` rows of
+    ``payload`` bytes in ``partitions`` partitions (the input of the streaming writes)."""
+    from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                        DataSourceStreamReader, InputPartition, WriterCommitMessage)
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    def drop(iterator: Any) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
+
+    class Discard(DataSourceArrowWriter):  # type: ignore[misc]
+        write = staticmethod(drop)
+
+    class StreamDiscard(DataSourceStreamArrowWriter):  # type: ignore[misc]
+        write = staticmethod(drop)
+
+    class Rows(InputPartition):  # type: ignore[misc]
+        def __init__(self, count: int, payload: int) -> None:
+            super().__init__(count)
+            self.count, self.payload = count, payload
+
+    class RowsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+        def __init__(self, options: Dict[str, str]) -> None:
+            self.rows, self.payload = int(options["rows"]), int(options["payload"])
+            self.partitions = int(options["partitions"])
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass
+
+        def initialOffset(self) -> Dict[str, int]:
+            return {"rows": 0}
+
+        def latestOffset(self, start: Any = None, limit: Any = None) -> Dict[str, int]:
+            return {"rows": min(self.rows, (start["rows"] if start else 0) + _STREAM_BATCH_ROWS)}
+
+        def partitions(self, start: Dict[str, int], end: Dict[str, int]) -> list:
+            count = end["rows"] - start["rows"]
+            return [Rows(count // self.partitions + (index < count % self.partitions), self.payload)
+                    for index in range(self.partitions) if count]
+
+        def read(self, partition: Any) -> Any:
+            import array
+
+            import pyarrow as pa
+
+            for first in range(0, partition.count, _CHUNK):
+                count = min(_CHUNK, partition.count - first)
+                ends = array.array("i", range(0, partition.payload * count + 1, partition.payload))
+                yield pa.RecordBatch.from_arrays(
+                    [pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(ends),
+                                                                pa.py_buffer(b"x" * partition.payload * count)])],
+                    names=["data"])
+
+        def commit(self, end: Any) -> None:
+            pass
+
+    class Bench(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "bmq-bench-write"
+
+        def schema(self) -> str:
+            return "data string"
+
+        def writer(self, schema: Any, overwrite: bool) -> Any:
+            return Discard()
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+            return StreamDiscard()
+
+        def streamReader(self, schema: Any) -> Any:
+            return RowsReader(self.options)
+
+    spark.dataSource.register(Bench)
+
+
+def spark_write_rate(spark: Any, broker: str, rows: int, payload: int, partitions: int, sink: str) -> Dict[str, float]:
+    """``df.write`` of ``rows`` rows of ``payload`` bytes in ``partitions`` partitions into
+    ``sink`` (``blazingmq`` or the dropping ``bmq-bench-write``), see :func:`_timed`."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(rows, numPartitions=partitions).select(F.expr(f"repeat('x', {payload})").alias("data"))
+    writer = df.write.format(sink).mode("append")
+    if sink == "blazingmq":
+        writer = writer.option("broker", broker).option("queue", _queue("spark"))
+    return _timed(rows, writer.save)
+
+
+def spark_stream_write_rate(spark: Any, broker: str, rows: int, payload: int, partitions: int,
+                            sink: str) -> Dict[str, float]:
+    """``rows`` rows from ``bmq-bench-write``'s streaming source (``partitions`` partitions per
+    micro-batch) into ``sink`` with Trigger.AvailableNow, from ``start()`` to the query's end."""
+    with tempfile.TemporaryDirectory(prefix="bmq-spark-write-") as scratch:
+        writer = (spark.readStream.format("bmq-bench-write").option("rows", rows).option("payload", payload)
+                  .option("partitions", partitions).load()
+                  .writeStream.format(sink).trigger(availableNow=True)
+                  .option("checkpointLocation", os.path.join(scratch, "checkpoint")))
+        if sink == "blazingmq":
+            writer = writer.option("broker", broker).option("queue", _queue("spark-stream"))
+
+        def run() -> None:
+            query = writer.start()
+            if not query.awaitTermination(timeout=1800):
+                query.stop()
+                raise RuntimeError("the streaming write did not finish within 30 minutes")
+            if query.exception() is not None:
+                raise RuntimeError(f"the streaming write failed: {query.exception()}")
+            written = sum(progress["numInputRows"] for progress in query.recentProgress)
+            if written != rows:
+                raise RuntimeError(f"the streaming write took {written} rows, not {rows}")
+
+        return _timed(rows, run)
+
+
+def write_results(spark: Any, broker: str, rows: int, payload: int, partitions: List[int]) -> Dict[str, Any]:
+    """Every write pattern (see the module's docstring) for each partition count, with ratios."""
+    _register_write_floors(spark)
+    # Warm-up: Python workers and their imports, both sinks, both kinds of write.
+    for sink in ("bmq-bench-write", "blazingmq"):
+        spark_write_rate(spark, broker, 20_000, payload, max(partitions), sink)
+        spark_stream_write_rate(spark, broker, 20_000, payload, max(partitions), sink)
+    results: Dict[str, Any] = {}
+    for count in partitions:
+        ingest = post_many_processes_rate(broker, rows, payload, count)
+        results[f"post_many_{count}p_rows_per_s"] = round(ingest["rows_per_s"])
+        results[f"post_many_{count}p_cpu_us_per_row"] = round(ingest["cpu_us_per_row"], 2)
+        for kind, measure in (("spark", spark_write_rate), ("spark_stream", spark_stream_write_rate)):
+            floor = measure(spark, broker, rows, payload, count, "bmq-bench-write")
+            write = measure(spark, broker, rows, payload, count, "blazingmq")
+            ceiling = min(floor["rows_per_s"], ingest["rows_per_s"])
+            for name, rates in (("discard", floor), ("write", write)):
+                key = f"{kind}_{name}_{count}p"
+                results[f"{key}_rows_per_s"] = round(rates["rows_per_s"])
+                results[f"{key}_executor_cpu_us_per_row"] = round(rates["executor_cpu_us_per_row"], 2)
+                results[f"{key}_jvm_cpu_us_per_row"] = round(rates["jvm_cpu_us_per_row"], 2)
+            results[f"{kind}_write_{count}p_ratio_vs_ceiling"] = round(write["rows_per_s"] / ceiling, 3)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--payload", type=int, default=100, help="payload bytes per row")
     parser.add_argument("--stream-rows", type=int, default=1_000_000, help="messages for the streaming reads")
     parser.add_argument("--warmup-rows", type=int, default=400_000, help="messages of the warm-up stream")
+    parser.add_argument("--partitions", default="2", help="comma-separated partition counts of the writes")
+    parser.add_argument("--write-only", action="store_true", help="run only the write patterns")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--broker", help="tcp://host:port (default: an embedded broker)")
     where.add_argument("--bmqbrkr", action="store_true", help="start the real bmqbrkr from ../shared/bmqbrkr")
@@ -274,6 +500,15 @@ def main() -> None:
         else:
             broker = stack.enter_context(broker_address(args.broker, separate_process=True))
             where = args.broker or "embedded (own process)"
+        partitions = [int(count) for count in args.partitions.split(",")]
+        if args.write_only:
+            spark = spark_session()
+            stack.callback(spark.stop)
+            results = {"rows": args.rows, "payload_bytes": args.payload,
+                       **write_results(spark, broker, args.rows, args.payload, partitions),
+                       "broker": where, "cpu_count": os.cpu_count(), "python": platform.python_version()}
+            _print(results, args.json)
+            return
         results: Dict[str, Any] = {
             "rows": args.rows,
             "stream_rows": args.stream_rows,
@@ -284,7 +519,7 @@ def main() -> None:
         }
         spark = spark_session()
         stack.callback(spark.stop)
-        results["spark_rows_per_s"] = round(spark_rate(spark, broker, args.rows, args.payload))
+        results.update(write_results(spark, broker, args.rows, args.payload, partitions))
         # Warm-up: Python workers, and the JVM's JIT (a stream runs for hours: its steady state
         # is what matters, and the JVM's per-row cost halves once the row conversion is compiled).
         spark_stream_rate(spark, broker, args.warmup_rows, args.payload, "noop")
@@ -310,11 +545,15 @@ def main() -> None:
                     rates["steady_rows_per_s"] / floor["steady_rows_per_s"], 3) if floor["steady_rows_per_s"] else None
         results.update({"spark_executors": 2, "broker": where, "cpu_count": os.cpu_count(),
                         "python": platform.python_version()})
+    _print(results, args.json)
+
+
+def _print(results: Dict[str, Any], json_path: Any) -> None:
     width = max(len(key) for key in results)
     for key, value in results.items():
         print(f"{key:<{width}}  {value}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":
