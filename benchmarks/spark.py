@@ -361,7 +361,7 @@ def _register_write_floors(spark: Any) -> None:
     class RowsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
         def __init__(self, options: Dict[str, str]) -> None:
             self.rows, self.payload = int(options["rows"]), int(options["payload"])
-            self.partitions = int(options["partitions"])
+            self.parts = int(options["partitions"])
 
         def prepareForTriggerAvailableNow(self) -> None:
             pass
@@ -374,8 +374,8 @@ def _register_write_floors(spark: Any) -> None:
 
         def partitions(self, start: Dict[str, int], end: Dict[str, int]) -> list:
             count = end["rows"] - start["rows"]
-            return [Rows(count // self.partitions + (index < count % self.partitions), self.payload)
-                    for index in range(self.partitions) if count]
+            return [Rows(count // self.parts + (index < count % self.parts), self.payload)
+                    for index in range(self.parts) if count]
 
         def read(self, partition: Any) -> Any:
             import array

@@ -137,6 +137,13 @@ def deterministic_guid(key: Buffer) -> bytes:
     """A version-1-shaped GUID derived only from ``key`` (same key, same GUID): used where a
     retried producer must reproduce its GUIDs so the broker de-duplicates (Spark sink)."""
 
+def derived_guids(key: Buffer, first: int, count: int) -> bytes:
+    """The GUIDs of positions ``first .. first + count - 1`` under ``key``, concatenated: each a
+    function of ``(key, position)`` only, distinct within one key (bulk producers' retries)."""
+def binary_values(offsets: Buffer, data: Buffer, first: int, count: int, offset_size: int = 4) -> list[bytes]:
+    """Values ``first .. first + count - 1`` of an Arrow binary/string column (its offsets and
+    data buffers) as bytes; ValueError for buffers that do not hold them."""
+
 def guid_to_hex(guid: Buffer) -> str: ...
 def guid_from_hex(text: str) -> bytes: ...
 

@@ -142,13 +142,11 @@ class WriteLayout:
         return self.map_type is not None or bool(self.struct_types) or bool(self.column_types)
 
     def payloads(self, batch: Any) -> List[bytes]:
-        """The payloads of an Arrow record batch, as bytes."""
-        values = batch.column(DATA_COLUMN).to_pylist()
-        if any(value is None for value in values):
+        """The payloads of an Arrow record batch, as bytes (a string's UTF-8 encoding)."""
+        column = batch.column(DATA_COLUMN)
+        if column.null_count:
             raise ValueError(f"blazingmq: column '{DATA_COLUMN}' holds a null; every message needs a payload")
-        if self.data_is_string:
-            return [value.encode() for value in values]
-        return values
+        return _bytes_values(column)
 
     def properties(self, batch: Any) -> Optional[List[Optional[Dict[str, Tuple[int, Any]]]]]:
         """One ``{name: (type, value)}`` per row (None where it has none), or None for no properties.
@@ -182,10 +180,26 @@ class WriteLayout:
         """
         if self.guid_column is None:
             return None
-        keys = batch.column(self.guid_column).to_pylist()
-        if any(key is None for key in keys):
+        column = batch.column(self.guid_column)
+        if column.null_count:
             raise ValueError(f"blazingmq: guidColumn '{self.guid_column}' holds a null")
-        return [key.encode() if isinstance(key, str) else key for key in keys]
+        return _bytes_values(column)
+
+
+# Arrow binary/string types -> the width of their offsets.
+_OFFSET_SIZES = {pa.binary(): 4, pa.string(): 4, pa.large_binary(): 8, pa.large_string(): 8}
+
+
+def _bytes_values(column: Any) -> List[bytes]:
+    """The values of a binary or string Arrow column without nulls, as bytes (a string's UTF-8
+    encoding), read straight from its offsets and data buffers: no Arrow scalar per value."""
+    offset_size = _OFFSET_SIZES.get(column.type)
+    if offset_size is None:  # another layout (a view type): value by value
+        return [value.encode() if isinstance(value, str) else value for value in column.to_pylist()]
+    if not len(column):
+        return []
+    _, offsets, data = column.buffers()
+    return bmq._codec.binary_values(offsets, b"" if data is None else data, column.offset, len(column), offset_size)
 
 
 def _add(row: Dict[str, Tuple[int, Any]], types: Sequence[Tuple[str, int]], get: Callable[[str], Any]) -> None:

@@ -11,7 +11,6 @@ import itertools
 import os
 import pickle
 import threading
-from concurrent.futures import Future
 from typing import Any, List, Optional, Tuple
 
 import pytest
@@ -292,6 +291,24 @@ def test_write_layout_maps_payload_map_and_promoted_columns() -> None:
     assert layout.guid_keys(batch) is None
 
 
+@pytest.mark.parametrize("kind", [pa.binary(), pa.string(), pa.large_binary(), pa.large_string()])
+def test_payloads_come_from_the_arrow_buffers_of_a_sliced_column(kind: Any) -> None:
+    layout = _schema.WriteLayout.of(KEYED_SCHEMA, [], "key")
+    values = [b"first", b"\xc3\xa9t\xc3\xa9", b"x" * 3000, b"z"]
+    column = pa.array(values if kind in (pa.binary(), pa.large_binary()) else [v.decode() for v in values], kind)
+    batch = pa.RecordBatch.from_arrays([column, column], names=["data", "key"]).slice(1, 2)
+    assert layout.payloads(batch) == values[1:3]
+    assert layout.guid_keys(batch) == values[1:3]
+
+
+def test_a_null_payload_or_key_is_refused() -> None:
+    layout = _schema.WriteLayout.of(KEYED_SCHEMA, [], "key")
+    with pytest.raises(ValueError, match="'data' holds a null"):
+        layout.payloads(pa.record_batch({"data": ["a", None], "key": ["k", "l"]}))
+    with pytest.raises(ValueError, match="guidColumn 'key' holds a null"):
+        layout.guid_keys(pa.record_batch({"data": ["a", "b"], "key": [None, "l"]}))
+
+
 def test_write_layout_struct_properties_keep_spark_types() -> None:
     schema = StructType(
         [
@@ -343,21 +360,20 @@ class FakeProducerQueue:
         self.nack = nack
         self.guids: set = set()
 
-    def post_many_async(
-        self, payloads: List[bytes], properties: Any = None, *, property_types: Any = None, guids: bytes = b""
-    ) -> List[Future]:
+    def post_many(
+        self, payloads: List[bytes], properties: Any = None, *, property_types: Any = None, guids: bytes = b"",
+        timeout: Optional[float] = None,
+    ) -> List[bmq.Ack]:
         chunks = [guids[i : i + 16] for i in range(0, len(guids), 16)]
         if len(chunks) != len(payloads) or self.guids.intersection(chunks) or len(set(chunks)) != len(chunks):
             raise bmq.InvalidArgumentError("the same GUID appears twice")
         self.guids.update(chunks)
         self.posts.append((payloads, properties, guids))
-        futures = []
-        for index in range(len(payloads)):
-            future: Future = Future()
-            status = bmq.AckStatus.LIMIT_MESSAGES if self.nack else bmq.AckStatus.SUCCESS
-            future.set_result(bmq.Ack(status, guids[16 * index : 16 * index + 16], QUEUE))
-            futures.append(future)
-        return futures
+        status = bmq.AckStatus.LIMIT_MESSAGES if self.nack else bmq.AckStatus.SUCCESS
+        acks = [bmq.Ack(status, chunk, QUEUE) for chunk in chunks]
+        if self.nack:
+            raise bmq.PostError(f"{len(acks)} NACKed", acks)
+        return acks
 
 
 def _post(
