@@ -15,8 +15,9 @@ it does not share the benchmark's interpreter lock with the clients:
   twins ``spark_stream_discard_Np`` / ``spark_stream_write_Np``: the same rows from a Python
   streaming source (N partitions per micro-batch, 250,000 rows per micro-batch,
   ``Trigger.AvailableNow``) into a dropping stream writer or ``writeStream.format("blazingmq")``,
-  timed from ``start()`` to the query's end. Each Spark write's ratio is to the lower of its
-  floor and ``post_many_Np``; ``*_executor_cpu_us_per_row`` is the CPU of the Python worker
+  timed from ``start()`` to the query's end. All five run one after the other, ``--repeat``
+  times (medians printed). Each Spark write's ratio is to the lower of its floor and
+  ``post_many_Np`` of the same round (median, and range over the rounds); ``*_executor_cpu_us_per_row`` is the CPU of the Python worker
   processes per row (against ``post_many_Np_cpu_us_per_row``, the posting processes' own),
   ``*_jvm_cpu_us_per_row`` the JVM's;
 * ``consume``: bmq's own consumer draining a pre-filled queue (``messages()`` + ``confirm_many``);
@@ -41,7 +42,7 @@ it does not share the benchmark's interpreter lock with the clients:
   row is written to disk before its messages are confirmed).
 
 Usage: ``python benchmarks/spark.py [--rows N] [--stream-rows N] [--payload BYTES] [--partitions 2,4]
-[--write-only] [--bmqbrkr [--bmqbrkr-home DIR]] [--json FILE]``
+[--write-only] [--repeat N] [--bmqbrkr [--bmqbrkr-home DIR]] [--json FILE]``
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ import json
 import multiprocessing
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -451,8 +453,19 @@ def spark_stream_write_rate(spark: Any, broker: str, rows: int, payload: int, pa
         return _timed(rows, run)
 
 
-def write_results(spark: Any, broker: str, rows: int, payload: int, partitions: List[int]) -> Dict[str, Any]:
-    """Every write pattern (see the module's docstring) for each partition count, with ratios."""
+def _purge(broker: str) -> None:
+    """Empty the benchmark's domain (nothing consumes the written queues, and the domain holds
+    10,000,000 messages at most); a broker without the admin command keeps them."""
+    with contextlib.suppress(bmq.Error), bmq.Admin(broker) as admin:
+        admin.purge_domain("bmq.test.mem.priority")
+
+
+def write_results(spark: Any, broker: str, rows: int, payload: int, partitions: List[int],
+                  repeat: int) -> Dict[str, Any]:
+    """Every write pattern (see the module's docstring) for each partition count, ``repeat``
+    rounds of all of them one after the other (so that each round's ratios compare figures taken
+    under the same load from the machine's other jobs): the median of each figure, and each
+    Spark write's median ratio with its range over the rounds."""
     _register_write_floors(spark)
     # Warm-up: Python workers and their imports, both sinks, both kinds of write.
     for sink in ("bmq-bench-write", "blazingmq"):
@@ -460,19 +473,29 @@ def write_results(spark: Any, broker: str, rows: int, payload: int, partitions: 
         spark_stream_write_rate(spark, broker, 20_000, payload, max(partitions), sink)
     results: Dict[str, Any] = {}
     for count in partitions:
-        ingest = post_many_processes_rate(broker, rows, payload, count)
-        results[f"post_many_{count}p_rows_per_s"] = round(ingest["rows_per_s"])
-        results[f"post_many_{count}p_cpu_us_per_row"] = round(ingest["cpu_us_per_row"], 2)
-        for kind, measure in (("spark", spark_write_rate), ("spark_stream", spark_stream_write_rate)):
-            floor = measure(spark, broker, rows, payload, count, "bmq-bench-write")
-            write = measure(spark, broker, rows, payload, count, "blazingmq")
-            ceiling = min(floor["rows_per_s"], ingest["rows_per_s"])
-            for name, rates in (("discard", floor), ("write", write)):
-                key = f"{kind}_{name}_{count}p"
-                results[f"{key}_rows_per_s"] = round(rates["rows_per_s"])
-                results[f"{key}_executor_cpu_us_per_row"] = round(rates["executor_cpu_us_per_row"], 2)
-                results[f"{key}_jvm_cpu_us_per_row"] = round(rates["jvm_cpu_us_per_row"], 2)
-            results[f"{kind}_write_{count}p_ratio_vs_ceiling"] = round(write["rows_per_s"] / ceiling, 3)
+        rounds: Dict[str, List[float]] = {}
+        for _ in range(repeat):
+            ingest = post_many_processes_rate(broker, rows, payload, count)
+            figures = {f"post_many_{count}p_rows_per_s": ingest["rows_per_s"],
+                       f"post_many_{count}p_cpu_us_per_row": ingest["cpu_us_per_row"]}
+            for kind, measure in (("spark", spark_write_rate), ("spark_stream", spark_stream_write_rate)):
+                floor = measure(spark, broker, rows, payload, count, "bmq-bench-write")
+                write = measure(spark, broker, rows, payload, count, "blazingmq")
+                for name, rates in (("discard", floor), ("write", write)):
+                    for figure, value in rates.items():
+                        figures[f"{kind}_{name}_{count}p_{figure}"] = value
+                figures[f"{kind}_write_{count}p_ratio_vs_ceiling"] = (
+                    write["rows_per_s"] / min(floor["rows_per_s"], ingest["rows_per_s"]))
+            for key, value in figures.items():
+                rounds.setdefault(key, []).append(value)
+            _purge(broker)
+        for key, values in rounds.items():
+            middle = statistics.median(values)
+            if key.endswith("ratio_vs_ceiling"):
+                results[key] = round(middle, 3)
+                results[f"{key}_range"] = f"{min(values):.3f}-{max(values):.3f}"
+            else:
+                results[key] = round(middle) if key.endswith("rows_per_s") else round(middle, 2)
     return results
 
 
@@ -484,6 +507,7 @@ def main() -> None:
     parser.add_argument("--warmup-rows", type=int, default=400_000, help="messages of the warm-up stream")
     parser.add_argument("--partitions", default="2", help="comma-separated partition counts of the writes")
     parser.add_argument("--write-only", action="store_true", help="run only the write patterns")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of the write patterns (medians reported)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--broker", help="tcp://host:port (default: an embedded broker)")
     where.add_argument("--bmqbrkr", action="store_true", help="start the real bmqbrkr from ../shared/bmqbrkr")
@@ -505,7 +529,7 @@ def main() -> None:
             spark = spark_session()
             stack.callback(spark.stop)
             results = {"rows": args.rows, "payload_bytes": args.payload,
-                       **write_results(spark, broker, args.rows, args.payload, partitions),
+                       **write_results(spark, broker, args.rows, args.payload, partitions, args.repeat),
                        "broker": where, "cpu_count": os.cpu_count(), "python": platform.python_version()}
             _print(results, args.json)
             return
@@ -519,7 +543,7 @@ def main() -> None:
         }
         spark = spark_session()
         stack.callback(spark.stop)
-        results.update(write_results(spark, broker, args.rows, args.payload, partitions))
+        results.update(write_results(spark, broker, args.rows, args.payload, partitions, args.repeat))
         # Warm-up: Python workers, and the JVM's JIT (a stream runs for hours: its steady state
         # is what matters, and the JVM's per-row cost halves once the row conversion is compiled).
         spark_stream_rate(spark, broker, args.warmup_rows, args.payload, "noop")
