@@ -16,10 +16,10 @@ import threading
 import time
 from concurrent.futures import Future
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from . import _codec, _properties
-from ._dispatch import AwaitAnswer, new_futures, resolve_futures
+from ._dispatch import AwaitAnswer, PostFuture, new_futures, resolve_futures, thread_condition
 from ._outbox import OutboxRecord
 from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus, QueueState
 from .exceptions import (
@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._queue import Queue
     from ._transport import Answer, Transport
 
-__all__ = ["Batch", "PendingPuts"]
+__all__ = ["Batch", "OnePost", "PendingPuts"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,8 @@ _guid_of = operator.itemgetter(2)
 _RETRANSMIT_CHUNK = 10000
 
 OnAck = Optional[Callable[[Ack], None]]
+# A post call's encoded properties: one area (or None) for every message, or one per message.
+Areas = Union[None, bytes, List[Optional[bytes]]]
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
@@ -102,18 +104,20 @@ class Batch:
     message) is how either waits: reading the socket itself where it can.
     """
 
-    __slots__ = ("queue", "keys", "payloads", "properties", "new_style", "compression", "deadline", "on_ack",
-                 "futures", "acks", "cursor", "_index", "remaining", "finished", "trace", "_await")
+    __slots__ = ("queue", "count", "keys", "payloads", "properties", "new_style", "compression", "deadline",
+                 "on_ack", "futures", "acks", "cursor", "_index", "remaining", "finished", "trace", "_await")
 
-    def __init__(self, queue: "Queue", keys: Sequence[bytes], payloads: Sequence[bytes],
-                 properties: Sequence[Optional[bytes]],
+    def __init__(self, queue: "Queue", keys: Sequence[bytes], payloads: Sequence[bytes], properties: "Areas",
                  new_style: bool, compression: int, deadline: float, on_ack: OnAck, asynchronous: bool,
                  trace: Optional["SendTrace"] = None,
                  await_answer: Optional[AwaitAnswer] = None) -> None:
         count = len(keys)
         self.queue = queue
+        self.count = count
         self.keys = keys  # the GUIDs, in order
         self.payloads = payloads
+        # One area (or None) for every message, or a list of one per message: not expanded to
+        # one reference per message (see properties_at).
         self.properties = properties
         # The encoding the properties areas were built in: a retransmission must say the same.
         self.new_style = new_style
@@ -144,6 +148,23 @@ class Batch:
             self._index = dict(zip(keys, range(len(keys))))
         return self._index[guid]
 
+    def payload_at(self, i: int) -> bytes:
+        """The payload of message ``i``."""
+        return self.payloads[i]
+
+    def properties_at(self, i: int) -> Optional[bytes]:
+        """The encoded properties area of message ``i`` (None: none)."""
+        areas = self.properties
+        return areas[i] if isinstance(areas, list) else areas
+
+    def answer(self, i: int, ack: Ack) -> int:
+        """Record message ``i``'s final answer; return its payload's size (no longer kept)."""
+        if i == self.cursor:
+            self.cursor = i + 1
+        self.acks[i] = ack
+        self.remaining -= 1
+        return len(self.payloads[i])
+
     def wait(self, timeout: float) -> List[Ack]:
         """The acks of a blocking batch, in order.
 
@@ -156,7 +177,71 @@ class Batch:
         return self.acks  # type: ignore[return-value]
 
 
-_Settled = List[Tuple[Batch, int, Ack]]
+class OnePost(PostFuture):
+    """One ``post_async`` message: its pending record and the future its caller holds, in one
+    object (what :class:`Batch` and the future of a one-message batch kept in six: a buffered
+    100-byte ``post_async`` cost about 900 bytes, now under 400; issue 29). It answers what
+    :class:`PendingPuts` asks of a :class:`Batch` of one message.
+
+    Once answered it lets go of its payload and properties: a caller may keep the future.
+    """
+
+    __slots__ = ("queue", "key", "payload", "areas", "new_style", "compression", "deadline", "on_ack", "trace")
+    count = 1
+    cursor = 0
+    finished = None
+
+    def __init__(self, queue: "Queue", key: bytes, payload: bytes, areas: Optional[bytes], new_style: bool,
+                 compression: int, deadline: float, on_ack: OnAck, trace: Optional["SendTrace"],
+                 await_answer: AwaitAnswer) -> None:
+        super().__init__(thread_condition(), await_answer)
+        self.queue = queue
+        self.key = key
+        self.payload: Optional[bytes] = payload
+        self.areas = areas
+        self.new_style = new_style
+        self.compression = compression
+        self.deadline = deadline
+        self.on_ack = on_ack
+        self.trace = trace
+
+    @property
+    def keys(self) -> Tuple[bytes]:
+        return (self.key,)
+
+    @property
+    def futures(self) -> "Tuple[OnePost]":
+        """Itself: the future of its one message (read when it is settled)."""
+        return (self,)
+
+    @property
+    def remaining(self) -> int:
+        return 0 if self._result is not None else 1
+
+    @property
+    def acks(self) -> List[Optional[Ack]]:
+        return [self._result]
+
+    def position(self, guid: bytes) -> int:
+        return 0
+
+    def payload_at(self, i: int) -> bytes:
+        return self.payload  # type: ignore[return-value]  # asked only while pending
+
+    def properties_at(self, i: int) -> Optional[bytes]:
+        return self.areas  # type: ignore[no-any-return]
+
+    def answer(self, i: int, ack: Ack) -> int:
+        """As :meth:`Batch.answer`. The ack is kept as the result, the state left RUNNING:
+        resolving it (outside the pending table's lock) makes it visible."""
+        self._result = ack
+        size = len(self.payload)  # type: ignore[arg-type]
+        self.payload = self.areas = None
+        return size
+
+
+Record = Union[Batch, OnePost]
+_Settled = List[Tuple[Record, int, Ack]]
 
 
 class PendingPuts:
@@ -179,7 +264,7 @@ class PendingPuts:
         # Threads waiting on _room (for memory, or in flush): Condition.notify_all is Python
         # code, ~1 us, which answers would otherwise pay per read with nobody to wake.
         self._room_waiters = 0
-        self._pending: Dict[bytes, Batch] = {}
+        self._pending: Dict[bytes, Record] = {}
         self._bytes = 0
         self._transport: Optional["Transport"] = None  # None while the state is not restored
         self._closed = False
@@ -204,7 +289,7 @@ class PendingPuts:
     # ---- posting ----------------------------------------------------------------------
     def post(self, queue: "Queue", payloads: Sequence[Any], properties: Any, property_types: Any,
              guids: Optional[bytes], generator: Any, new_style: bool, compression: int, on_ack: OnAck,
-             asynchronous: bool, single: bool = False, trace: Optional["SendTrace"] = None) -> Batch:
+             asynchronous: bool, single: bool = False, trace: Optional["SendTrace"] = None) -> "Record":
         """Build the PUT events of one post call in the calling thread, write them to the
         outbox (if any), then :meth:`track_and_send` them.
 
@@ -234,13 +319,13 @@ class PendingPuts:
             raise InvalidArgumentError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
         events = _codec.build_put_events(queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED,
                                          compression=compression, new_style_properties=new_style)
-        per_message = properties if isinstance(properties, list) else (properties,) * count  # (see _payload_tuple)
         if self._outbox is not None:
+            per_message = properties if isinstance(properties, list) else (properties,) * count
             self._outbox.append([
                 OutboxRecord(guids[16 * i:16 * i + 16], queue.uri, payload, props, new_style, compression)
                 for i, (payload, props) in enumerate(zip(payloads, per_message))
             ])
-        return self.track_and_send(queue, guids, payloads, per_message, new_style, compression, events, on_ack,
+        return self.track_and_send(queue, guids, payloads, properties, new_style, compression, events, on_ack,
                                    asynchronous, caller_guids, trace)
 
     def resend_recovered(self, queue: "Queue", entries: List[OutboxRecord]) -> None:
@@ -263,7 +348,7 @@ class PendingPuts:
         queue: "Queue",
         guids: bytes,
         payloads: Sequence[bytes],
-        properties: Sequence[Optional[bytes]],
+        properties: Areas,
         new_style: bool,
         compression: int,
         events: List[bytes],
@@ -271,8 +356,11 @@ class PendingPuts:
         asynchronous: bool,
         caller_guids: bool = False,
         trace: Optional["SendTrace"] = None,
-    ) -> Batch:
+    ) -> "Record":
         """Record built PUT events, then hand them to the writer unless reconnecting.
+
+        An asynchronous post of one message is recorded as a :class:`OnePost` (its own
+        future), any other as a :class:`Batch`.
 
         ``caller_guids``: the GUIDs came from the caller, so check that none repeats or is
         still pending (its first post would never be settled).
@@ -286,13 +374,19 @@ class PendingPuts:
         count = len(payloads)
         data = events[0] if len(events) == 1 else b"".join(events)
         keys = (guids,) if count == 1 else _codec.split_guids(guids)
-        batch = Batch(queue, keys, payloads, properties, new_style, compression,
-                      time.monotonic() + self._options.ack_timeout, on_ack, asynchronous, trace,
-                      # One message's answer comes in one read, which the waiting thread (in post()
-                      # or in its future's result()) can make itself; many come in many reads, each
-                      # then waking it rather than the reader (post_many of 1,000: 0.65-0.74 ->
-                      # 0.93-0.97 us of client CPU per message).
-                      self._await_answer if count == 1 else None)
+        deadline = time.monotonic() + self._options.ack_timeout
+        # One message's answer comes in one read, which the waiting thread (in post() or in its
+        # future's result()) can make itself; many come in many reads, each then waking it
+        # rather than the reader (post_many of 1,000: 0.65-0.74 -> 0.93-0.97 us of client CPU
+        # per message).
+        batch: Record
+        if count == 1 and asynchronous:
+            area = properties[0] if isinstance(properties, list) else properties
+            batch = OnePost(queue, guids, payloads[0], area, new_style, compression, deadline, on_ack, trace,
+                            self._await_answer)
+        else:
+            batch = Batch(queue, keys, payloads, properties, new_style, compression, deadline, on_ack, asynchronous,
+                          trace, self._await_answer if count == 1 else None)
         size = len(payloads[0]) if count == 1 else sum(map(len, payloads))
         if caller_guids and len(set(keys)) != count:
             raise InvalidArgumentError("the same GUID appears twice in one post")
@@ -357,7 +451,7 @@ class PendingPuts:
             for key in keys:
                 batch = self._pending.pop(key, None)
                 if batch is not None:
-                    size = len(batch.payloads[batch.position(key)])
+                    size = len(batch.payload_at(batch.position(key)))
                     self._bytes -= size
                     batch.queue._counters.posted -= 1  # never sent: not posted after all
                     batch.queue._counters.posted_bytes -= size
@@ -366,14 +460,10 @@ class PendingPuts:
             self._outbox.remove(keys)
 
     # ---- answers ------------------------------------------------------------------------
-    def _settle(self, batch: Batch, guid: bytes, ack: Ack, settled: _Settled) -> None:
+    def _settle(self, batch: "Record", guid: bytes, ack: Ack, settled: _Settled) -> None:
         """Caller holds the lock and popped ``guid``: record its final answer."""
         i = batch.position(guid)
-        if i == batch.cursor:
-            batch.cursor = i + 1
-        batch.acks[i] = ack
-        self._bytes -= len(batch.payloads[i])
-        batch.remaining -= 1
+        self._bytes -= batch.answer(i, ack)
         if batch.futures is not None or batch.on_ack is not None or not batch.remaining:
             settled.append((batch, i, ack))
 
@@ -430,14 +520,14 @@ class PendingPuts:
         if len(keys) < 2:
             return None
         batch = self._pending.get(keys[0])
-        if batch is None:
+        if batch is None or batch.count == 1:
             return None
         first = batch.cursor
         # Answered so far exactly those before the cursor (all in order)? Then the GUIDs at the
         # cursor are still pending, and comparing them with the event's proves them all.
         if first != len(batch.keys) - batch.remaining:
             return None
-        return batch if batch.keys[first:first + len(keys)] == keys else None
+        return cast(Batch, batch) if batch.keys[first:first + len(keys)] == keys else None
 
     def _settle_run(self, batch: Batch, keys: List[bytes], statuses: List[int], answered: float,
                     settled: _Settled, guids: Optional[List[bytes]]) -> None:
@@ -489,7 +579,7 @@ class PendingPuts:
                 if guids is not None:
                     guids.append(guid)
 
-    def _complete(self, predicate: Callable[[Batch], bool], status: AckStatus, in_order: bool = False) -> int:
+    def _complete(self, predicate: Callable[["Record"], bool], status: AckStatus, in_order: bool = False) -> int:
         """Settle every message whose batch matches with a local ``status``; final answers
         leave the outbox, NOT_CONNECTED (the session stopped) stays for the next session.
         ``in_order`` stops at the first message that does not match."""
@@ -561,15 +651,15 @@ class PendingPuts:
                 transport.send_control(data)
 
     @staticmethod
-    def _retransmission(group: List[Tuple[bytes, Batch]], compression: int) -> Iterable[bytes]:
+    def _retransmission(group: List[Tuple[bytes, "Record"]], compression: int) -> Iterable[bytes]:
         for start in range(0, len(group), _RETRANSMIT_CHUNK):
             part = group[start:start + _RETRANSMIT_CHUNK]
             at = [batch.position(guid) for guid, batch in part]
             events = _codec.build_put_events(
                 [batch.queue.queue_id for _, batch in part],
                 b"".join(guid for guid, _ in part),
-                [batch.payloads[i] for (_, batch), i in zip(part, at)],
-                [batch.properties[i] for (_, batch), i in zip(part, at)],
+                [batch.payload_at(i) for (_, batch), i in zip(part, at)],
+                [batch.properties_at(i) for (_, batch), i in zip(part, at)],
                 flags=_ACK_REQUESTED,
                 compression=compression,
                 new_style_properties=[batch.new_style for _, batch in part],

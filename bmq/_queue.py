@@ -5,7 +5,7 @@ import queue as _stdqueue
 import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union, cast
 
 from ._protocol import queue_flags
 from ._stats import QueueCounters
@@ -15,6 +15,7 @@ from ._uri import QueueUri
 from .exceptions import ArgumentTypeError, InvalidArgumentError, PostError, QueueStateError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._puts import Batch
     from ._session import Session
 
 __all__ = ["Queue"]
@@ -184,9 +185,9 @@ class Queue:
             BandwidthLimitError: the connection stayed above its high watermark (or the
                 retransmission buffer full) for ``channel_write_timeout``; nothing was sent.
         """
-        batch = self._session._post(self, (data,), properties, property_types, compression, None, on_ack, True,
-                                    single=True)
-        return batch.futures[0]  # type: ignore[index]
+        # An asynchronous one-message post is its own future (bmq._puts.OnePost).
+        return self._session._post(self, (data,), properties, property_types, compression, None, on_ack, True,
+                                   single=True)  # type: ignore[return-value]
 
     def post(
         self,
@@ -213,7 +214,7 @@ class Queue:
         """
         batch = self._session._post(self, (data,), properties, property_types, compression, None, None, False,
                                     single=True)
-        acks = batch.wait(self._session._ack_wait_limit(timeout))
+        acks = cast("Batch", batch).wait(self._session._ack_wait_limit(timeout))
         raise_for_failures(acks)
         return acks[0]
 
@@ -277,7 +278,7 @@ class Queue:
         if not payloads:
             return []
         batch = self._session._post(self, payloads, properties, property_types, compression, guids, None, False)
-        acks = batch.wait(self._session._ack_wait_limit(timeout))
+        acks = cast("Batch", batch).wait(self._session._ack_wait_limit(timeout))
         raise_for_failures(acks)
         return acks
 

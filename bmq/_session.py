@@ -22,7 +22,7 @@ from ._dispatch import Dispatcher, EventQueue, fail_future
 from ._handles import QueueHandles
 from ._options import QueueOptions, SessionOptions, _compression
 from ._outbox import Outbox, OutboxRecord
-from ._puts import Batch, PendingPuts
+from ._puts import PendingPuts, Record
 from ._connection import BrokerAddresses, Connection, Endpoint, client_identity
 from ._queue import Queue
 from ._recovery import Recovery
@@ -535,7 +535,7 @@ class Session:
         on_ack: Optional[Callable[[Ack], None]],
         asynchronous: bool,
         single: bool = False,
-    ) -> Batch:
+    ) -> Record:
         """Check that ``queue`` takes posts now, then hand them to the PUT path (in the calling
         thread): :meth:`PendingPuts.post` builds, records and sends them."""
         if not queue.write:
