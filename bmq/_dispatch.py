@@ -10,7 +10,7 @@ import threading
 import time
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, RUNNING
-from typing import Any, Callable, Deque, Iterable, List, Optional
+from typing import Any, Callable, Deque, Iterable, List, Optional, Tuple
 
 from . import events as ev
 
@@ -82,8 +82,8 @@ class PostFuture(Future):  # type: ignore[type-arg]
     work unchanged (the shared lock is re-entrant).
 
     Its state is in slots and its waiter and callback lists are made on first use (by
-    ``concurrent.futures.wait``, ``as_completed``, ``add_done_callback``): a buffered post's
-    future is 128 bytes rather than 240 (issue 29's memory bound). ``_exception`` is a class
+    ``concurrent.futures.wait``, ``as_completed``, ``add_done_callback``), in one slot: a
+    buffered post's future is 112 bytes rather than 240 (issue 29's memory bound). ``_exception`` is a class
     default, set on the instance only by ``set_exception``.
 
     Given ``await_answer``, :meth:`result` and :meth:`exception` wait through it first: on
@@ -92,7 +92,7 @@ class PostFuture(Future):  # type: ignore[type-arg]
     Transport.wait_for). ``concurrent.futures.wait`` and ``as_completed`` do not read.
     """
 
-    __slots__ = ("_condition", "_state", "_result", "_await_answer", "_waiter_list", "_callback_list")
+    __slots__ = ("_condition", "_state", "_result", "_await_answer", "_lists")
     _exception: Optional[BaseException] = None
 
     def __init__(self, condition: threading.Condition, await_answer: Optional[AwaitAnswer] = None) -> None:
@@ -102,24 +102,23 @@ class PostFuture(Future):  # type: ignore[type-arg]
         # Born running, as new_futures promises; nobody else holds it yet, so no notify.
         self._state = RUNNING
         self._result = None
-        self._waiter_list: Optional[List[Any]] = None
-        self._callback_list: Optional[List[Any]] = None
+        self._lists: Optional[Tuple[List[Any], List[Any]]] = None  # (waiters, done callbacks)
+
+    def _made_lists(self) -> Tuple[List[Any], List[Any]]:
+        lists = self._lists
+        if lists is None:
+            lists = self._lists = ([], [])
+        return lists
 
     @property
     def _waiters(self) -> List[Any]:  # type: ignore[override]
         """Future's list of ``concurrent.futures`` waiters, made when first asked for."""
-        waiters = self._waiter_list
-        if waiters is None:
-            waiters = self._waiter_list = []
-        return waiters
+        return self._made_lists()[0]
 
     @property
     def _done_callbacks(self) -> List[Any]:  # type: ignore[override]
         """Future's list of done callbacks, made when first asked for."""
-        callbacks = self._callback_list
-        if callbacks is None:
-            callbacks = self._callback_list = []
-        return callbacks
+        return self._made_lists()[1]
 
     def _wait_done(self, timeout: Optional[float]) -> None:
         if self._state in _DONE_STATES:
@@ -200,11 +199,12 @@ def resolve_futures(futures: "Iterable[Future[Any]]", values: Iterable[Any]) -> 
             if future._state not in _DONE_STATES:  # type: ignore[attr-defined]
                 future._result = value  # type: ignore[attr-defined]
                 future._state = FINISHED  # type: ignore[attr-defined]
-                if future._waiter_list:  # type: ignore[attr-defined]
-                    for waiter in future._waiter_list:  # type: ignore[attr-defined]
+                lists = future._lists  # type: ignore[attr-defined]
+                if lists is not None:
+                    for waiter in lists[0]:
                         waiter.add_result(future)
-                if future._callback_list:  # type: ignore[attr-defined]
-                    done.append(future)
+                    if lists[1]:
+                        done.append(future)
     finally:
         if condition is not None:
             condition.notify_all()

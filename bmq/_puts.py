@@ -16,7 +16,7 @@ import threading
 import time
 from concurrent.futures import Future
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _codec, _properties
 from ._dispatch import AwaitAnswer, PostFuture, new_futures, resolve_futures, thread_condition
@@ -125,7 +125,7 @@ class Batch:
         self.deadline = deadline
         self.on_ack = on_ack
         self.futures: "Optional[List[Future[Ack]]]" = new_futures(count, await_answer) if asynchronous else None
-        self.acks: List[Optional[Ack]] = [None] * count
+        self.acks: Optional[List[Optional[Ack]]] = None  # made with the first answer (see answers)
         # Answers mostly come in order: the first unanswered position is tried before an index
         # of the GUIDs, made only if one comes out of order. While all came in order, the
         # answered ones are exactly those before the cursor.
@@ -157,11 +157,19 @@ class Batch:
         areas = self.properties
         return areas[i] if isinstance(areas, list) else areas
 
+    def answers(self) -> List[Optional[Ack]]:
+        """The answers so far by position (None: none yet), made when first asked for: a
+        buffered message costs no slot in it."""
+        acks = self.acks
+        if acks is None:
+            acks = self.acks = [None] * self.count
+        return acks
+
     def answer(self, i: int, ack: Ack) -> int:
         """Record message ``i``'s final answer; return its payload's size (no longer kept)."""
         if i == self.cursor:
             self.cursor = i + 1
-        self.acks[i] = ack
+        self.answers()[i] = ack
         self.remaining -= 1
         return len(self.payloads[i])
 
@@ -174,7 +182,7 @@ class Batch:
         assert self.finished is not None
         if not (self._await or _codec.Latch.wait)(self.finished, timeout):
             raise TimeoutError(f"{self.remaining} message(s) not acknowledged within {timeout:g} s")
-        return self.acks  # type: ignore[return-value]
+        return self.answers()  # type: ignore[return-value]
 
 
 class OnePost(PostFuture):
@@ -186,28 +194,30 @@ class OnePost(PostFuture):
     Once answered it lets go of its payload and properties: a caller may keep the future.
     """
 
-    __slots__ = ("queue", "key", "payload", "areas", "new_style", "compression", "deadline", "on_ack", "trace")
+    __slots__ = ("queue", "payload", "areas", "_encoding", "deadline", "on_ack", "trace")
     count = 1
     cursor = 0
     finished = None
 
-    def __init__(self, queue: "Queue", key: bytes, payload: bytes, areas: Optional[bytes], new_style: bool,
+    def __init__(self, queue: "Queue", payload: bytes, areas: Optional[bytes], new_style: bool,
                  compression: int, deadline: float, on_ack: OnAck, trace: Optional["SendTrace"],
                  await_answer: AwaitAnswer) -> None:
         super().__init__(thread_condition(), await_answer)
         self.queue = queue
-        self.key = key
         self.payload: Optional[bytes] = payload
         self.areas = areas
-        self.new_style = new_style
-        self.compression = compression
+        self._encoding = compression << 1 | new_style  # one small int: one slot fewer for both
         self.deadline = deadline
         self.on_ack = on_ack
         self.trace = trace
 
     @property
-    def keys(self) -> Tuple[bytes]:
-        return (self.key,)
+    def new_style(self) -> bool:
+        return bool(self._encoding & 1)
+
+    @property
+    def compression(self) -> int:
+        return self._encoding >> 1
 
     @property
     def futures(self) -> "Tuple[OnePost]":
@@ -218,8 +228,7 @@ class OnePost(PostFuture):
     def remaining(self) -> int:
         return 0 if self._result is not None else 1
 
-    @property
-    def acks(self) -> List[Optional[Ack]]:
+    def answers(self) -> List[Optional[Ack]]:
         return [self._result]
 
     def position(self, guid: bytes) -> int:
@@ -317,8 +326,11 @@ class PendingPuts:
             guids = generator.generate(count) if count else b""
         elif len(guids) != 16 * count:
             raise InvalidArgumentError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
+        # Disconnected (read without the lock: track_and_send builds them if that changed), the
+        # events would be thrown away, the reconnect re-sending from the payloads: only check.
         events = _codec.build_put_events(queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED,
-                                         compression=compression, new_style_properties=new_style)
+                                         compression=compression, new_style_properties=new_style,
+                                         check_only=self._transport is None)
         if self._outbox is not None:
             per_message = properties if isinstance(properties, list) else (properties,) * count
             self._outbox.append([
@@ -357,7 +369,8 @@ class PendingPuts:
         caller_guids: bool = False,
         trace: Optional["SendTrace"] = None,
     ) -> "Record":
-        """Record built PUT events, then hand them to the writer unless reconnecting.
+        """Record built PUT events (``events`` may be empty if checked but not built: then built
+        here if they can be sent), then hand them to the writer unless reconnecting.
 
         An asynchronous post of one message is recorded as a :class:`OnePost` (its own
         future), any other as a :class:`Batch`.
@@ -372,7 +385,6 @@ class PendingPuts:
                 :meth:`close` nothing is recorded, as nothing would ever settle it.
         """
         count = len(payloads)
-        data = events[0] if len(events) == 1 else b"".join(events)
         keys = (guids,) if count == 1 else _codec.split_guids(guids)
         deadline = time.monotonic() + self._options.ack_timeout
         # One message's answer comes in one read, which the waiting thread (in post() or in its
@@ -382,7 +394,7 @@ class PendingPuts:
         batch: Record
         if count == 1 and asynchronous:
             area = properties[0] if isinstance(properties, list) else properties
-            batch = OnePost(queue, guids, payloads[0], area, new_style, compression, deadline, on_ack, trace,
+            batch = OnePost(queue, payloads[0], area, new_style, compression, deadline, on_ack, trace,
                             self._await_answer)
         else:
             batch = Batch(queue, keys, payloads, properties, new_style, compression, deadline, on_ack, asynchronous,
@@ -412,6 +424,10 @@ class PendingPuts:
             counters.posted_bytes += size
             transport = self._transport if queue.state == QueueState.OPEN else None
         if transport is not None:
+            if not events:
+                events = _codec.build_put_events(queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED,
+                                                 compression=compression, new_style_properties=new_style)
+            data = events[0] if len(events) == 1 else b"".join(events)
             try:
                 transport.send(data, self._options.channel_write_timeout, asynchronous)
             except BandwidthLimitError:
@@ -483,7 +499,7 @@ class PendingPuts:
             if batch.on_ack is not None:
                 submit(batch.on_ack, ack)
             if batch.trace is not None and not batch.remaining:
-                batch.trace.end(batch.acks)
+                batch.trace.end(batch.answers())
 
     def handle_acks(self, events: List[bytes]) -> List[_codec.Latch]:
         """Reader thread: settle the messages of ACK events (those that came in one read).
@@ -520,14 +536,14 @@ class PendingPuts:
         if len(keys) < 2:
             return None
         batch = self._pending.get(keys[0])
-        if batch is None or batch.count == 1:
+        if not isinstance(batch, Batch) or batch.count == 1:  # unknown, or alone in its post call
             return None
         first = batch.cursor
         # Answered so far exactly those before the cursor (all in order)? Then the GUIDs at the
         # cursor are still pending, and comparing them with the event's proves them all.
         if first != len(batch.keys) - batch.remaining:
             return None
-        return cast(Batch, batch) if batch.keys[first:first + len(keys)] == keys else None
+        return batch if batch.keys[first:first + len(keys)] == keys else None
 
     def _settle_run(self, batch: Batch, keys: List[bytes], statuses: List[int], answered: float,
                     settled: _Settled, guids: Optional[List[bytes]]) -> None:
@@ -547,7 +563,7 @@ class PendingPuts:
                 counters.broker_answers[status] += 1
         first = batch.cursor  # _sole_batch checked: keys are the next ones in order
         batch.cursor = first + count
-        batch.acks[first:first + count] = acks
+        batch.answers()[first:first + count] = acks
         self._bytes -= sum(map(len, batch.payloads[first:first + count]))
         batch.remaining -= count
         if batch.futures is not None or batch.on_ack is not None:
