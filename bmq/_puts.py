@@ -50,6 +50,8 @@ _guid_of = operator.itemgetter(2)
 _RETRANSMIT_CHUNK = 10000
 
 OnAck = Optional[Callable[[Ack], None]]
+# Called once with a post call's answers, in order, when its last message is answered.
+OnDone = Optional[Callable[[List[Ack]], None]]
 # A post call's encoded properties: one area (or None) for every message, or one per message.
 Areas = Union[None, bytes, List[Optional[bytes]]]
 _BYTES_LIKE = (bytes, bytearray, memoryview)
@@ -100,17 +102,19 @@ class Batch:
 
     Messages share one object, so the table holds no per-message Python object (many live
     objects make the garbage collector expensive). A blocking caller waits on ``finished``
-    and reads ``acks``; an asynchronous one gets ``futures``. ``await_answer`` (given for one
+    and reads ``acks``; an asynchronous one gets ``futures``, or, given ``on_done``, no
+    future at all: ``on_done(acks)`` runs on the dispatcher thread once all are answered. ``await_answer`` (given for one
     message) is how either waits: reading the socket itself where it can.
     """
 
     __slots__ = ("queue", "count", "keys", "payloads", "properties", "new_style", "compression", "deadline",
-                 "on_ack", "futures", "acks", "cursor", "_index", "remaining", "finished", "trace", "_await")
+                 "on_ack", "on_done", "futures", "acks", "cursor", "_index", "remaining", "finished", "trace",
+                 "_await")
 
     def __init__(self, queue: "Queue", keys: Sequence[bytes], payloads: Sequence[bytes], properties: "Areas",
                  new_style: bool, compression: int, deadline: float, on_ack: OnAck, asynchronous: bool,
                  trace: Optional["SendTrace"] = None,
-                 await_answer: Optional[AwaitAnswer] = None) -> None:
+                 await_answer: Optional[AwaitAnswer] = None, on_done: OnDone = None) -> None:
         count = len(keys)
         self.queue = queue
         self.count = count
@@ -124,7 +128,9 @@ class Batch:
         self.compression = compression
         self.deadline = deadline
         self.on_ack = on_ack
-        self.futures: "Optional[List[Future[Ack]]]" = new_futures(count, await_answer) if asynchronous else None
+        self.on_done = on_done
+        self.futures: "Optional[List[Future[Ack]]]" = (new_futures(count, await_answer)
+                                                        if asynchronous and on_done is None else None)
         self.acks: Optional[List[Optional[Ack]]] = None  # made with the first answer (see answers)
         # Answers mostly come in order: the first unanswered position is tried before an index
         # of the GUIDs, made only if one comes out of order. While all came in order, the
@@ -198,6 +204,7 @@ class OnePost(PostFuture):
     count = 1
     cursor = 0
     finished = None
+    on_done = None
 
     def __init__(self, queue: "Queue", payload: bytes, areas: Optional[bytes], new_style: bool,
                  compression: int, deadline: float, on_ack: OnAck, trace: Optional["SendTrace"],
@@ -298,7 +305,8 @@ class PendingPuts:
     # ---- posting ----------------------------------------------------------------------
     def post(self, queue: "Queue", payloads: Sequence[Any], properties: Any, property_types: Any,
              guids: Optional[bytes], generator: Any, new_style: bool, compression: int, on_ack: OnAck,
-             asynchronous: bool, single: bool = False, trace: Optional["SendTrace"] = None) -> "Record":
+             asynchronous: bool, single: bool = False, trace: Optional["SendTrace"] = None,
+             on_done: OnDone = None) -> "Record":
         """Build the PUT events of one post call in the calling thread, write them to the
         outbox (if any), then :meth:`track_and_send` them.
 
@@ -308,9 +316,12 @@ class PendingPuts:
             guids: the caller's GUIDs (16 bytes per message), or None to make them with ``generator``.
             new_style: the property encoding the connection negotiated.
             compression: the compression algorithm's wire value.
-            asynchronous: one future per message, else the caller waits on the batch.
+            asynchronous: one future per message (none given ``on_done``), else the caller waits on
+                the batch.
             single: name the payload ``data`` (post) rather than ``payloads[i]`` in errors.
             trace: the OpenTelemetry span of this call (ended with its last answer), or None.
+            on_done: with ``asynchronous`` and no ``on_ack``: called on the dispatcher thread
+                with the answers, in order, once the last one comes.
 
         Raises:
             ArgumentTypeError, InvalidArgumentError, PropertyError: bad payloads, properties or
@@ -338,7 +349,7 @@ class PendingPuts:
                 for i, (payload, props) in enumerate(zip(payloads, per_message))
             ])
         return self.track_and_send(queue, guids, payloads, properties, new_style, compression, events, on_ack,
-                                   asynchronous, caller_guids, trace)
+                                   asynchronous, caller_guids, trace, on_done)
 
     def resend_recovered(self, queue: "Queue", entries: List[OutboxRecord]) -> None:
         """Send what a previous process left unacknowledged in the outbox for ``queue``, with the
@@ -368,6 +379,7 @@ class PendingPuts:
         asynchronous: bool,
         caller_guids: bool = False,
         trace: Optional["SendTrace"] = None,
+        on_done: OnDone = None,
     ) -> "Record":
         """Record built PUT events (``events`` may be empty if checked but not built: then built
         here if they can be sent), then hand them to the writer unless reconnecting.
@@ -392,13 +404,13 @@ class PendingPuts:
         # rather than the reader (post_many of 1,000: 0.65-0.74 -> 0.93-0.97 us of client CPU
         # per message).
         batch: Record
-        if count == 1 and asynchronous:
+        if count == 1 and asynchronous and on_done is None:
             area = properties[0] if isinstance(properties, list) else properties
             batch = OnePost(queue, payloads[0], area, new_style, compression, deadline, on_ack, trace,
                             self._await_answer)
         else:
             batch = Batch(queue, keys, payloads, properties, new_style, compression, deadline, on_ack, asynchronous,
-                          trace, self._await_answer if count == 1 else None)
+                          trace, self._await_answer if count == 1 else None, on_done)
         size = len(payloads[0]) if count == 1 else sum(map(len, payloads))
         if caller_guids and len(set(keys)) != count:
             raise InvalidArgumentError("the same GUID appears twice in one post")
@@ -484,15 +496,18 @@ class PendingPuts:
             settled.append((batch, i, ack))
 
     def _notify(self, settled: _Settled, woken: Optional[List[_codec.Latch]] = None) -> None:
-        """Outside the lock: resolve futures, queue on_ack callbacks, wake blocking posters
-        (or, given ``woken``, add their latches to it for the caller to set)."""
+        """Outside the lock: resolve futures, queue on_ack and on_done callbacks, wake blocking
+        posters (or, given ``woken``, add their latches to it for the caller to set)."""
         answered = [(batch.futures[i], ack) for batch, i, ack in settled if batch.futures is not None]
         if answered:
             resolve_futures(*zip(*answered))
         submit = self._submit
         for batch, _, ack in settled:
             if batch.futures is None and not batch.remaining:
-                if woken is None:
+                # Without futures or on_ack a batch is in ``settled`` once: with its last answer.
+                if batch.on_done is not None:
+                    submit(batch.on_done, batch.answers())
+                elif woken is None:
                     batch.finished.set()  # type: ignore[union-attr]
                 else:
                     woken.append(batch.finished)  # type: ignore[arg-type]

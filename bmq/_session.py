@@ -535,6 +535,7 @@ class Session:
         on_ack: Optional[Callable[[Ack], None]],
         asynchronous: bool,
         single: bool = False,
+        on_done: Optional[Callable[[List[Ack]], None]] = None,
     ) -> Record:
         """Check that ``queue`` takes posts now, then hand them to the PUT path (in the calling
         thread): :meth:`PendingPuts.post` builds, records and sends them."""
@@ -552,8 +553,7 @@ class Session:
         try:
             # _new_style read once: a reconnect may change the broker's features meanwhile.
             return self._puts.post(queue, payloads, properties, property_types, guids, self._guids, self._new_style,
-                                   algorithm, on_ack, asynchronous, single,
-                                   trace)
+                                   algorithm, on_ack, asynchronous, single, trace, on_done)
         except BaseException as e:
             if trace is not None:
                 trace.end((), e)  # nothing was sent: the span ends with the error

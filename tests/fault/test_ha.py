@@ -126,6 +126,23 @@ def test_every_post_accepted_up_to_the_bound_is_delivered_once_the_broker_return
         assert sorted(stored) == sorted(accepted) and not set(refused) & set(stored)
 
 
+def test_post_many_callback_buffered_while_disconnected_is_answered_when_the_session_stops(broker):
+    """A call buffered in the gap gets its one on_done, NOT_CONNECTED for every message, when
+    the session stops (before the Disconnected event)."""
+    got = []
+    session = bmq.Session(broker.address, options(on_event=lambda e: got.append(type(e))))
+    try:
+        queue = session.open_queue(fresh(), write=True)
+        broker.faults.refuse_negotiation(True)
+        broker.faults.drop_connections()
+        wait_event(session, events.ConnectionLost)
+        queue.post_many_callback([b"a", b"b", b"c"], lambda acks: got.append([a.status for a in acks]))
+    finally:
+        session.stop()
+    assert [bmq.AckStatus.NOT_CONNECTED] * 3 in got
+    assert got.index([bmq.AckStatus.NOT_CONNECTED] * 3) < got.index(events.Disconnected)
+
+
 def test_close_while_disconnected_completes_locally(broker):
     with bmq.Session(broker.address, options()) as session:
         queue = session.open_queue(fresh(), write=True)
