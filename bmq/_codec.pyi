@@ -158,6 +158,7 @@ def build_put_events(
     compression: int = ...,
     new_style_properties: Union[bool, Sequence[bool]] = True,
     max_event_size: int = ...,
+    check_only: bool = False,
 ) -> list[bytes]:
     """PUT events for ``len(payloads)`` messages, packed back to back and split so that no
     event exceeds ``max_event_size``.
@@ -173,7 +174,8 @@ def build_put_events(
     properties, else 0 (``new_style_properties``: one bool for all messages or one per message).
     CRC32-C covers the unpadded appData as sent (§2.5).
     Raises MessageTooLargeError (appData > MAX_PAYLOAD_SIZE) or ValueError (empty payload,
-    wrong guids length) before building anything."""
+    wrong guids length) before building anything. ``check_only``: make those checks, build
+    nothing, return []."""
 
 PutMessage = Tuple[int, int, bytes, int, int, int, bytes, bytes]
 

@@ -16,10 +16,10 @@ import threading
 import time
 from concurrent.futures import Future
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _codec, _properties
-from ._dispatch import AwaitAnswer, new_futures, resolve_futures
+from ._dispatch import AwaitAnswer, PostFuture, new_futures, resolve_futures, thread_condition
 from ._outbox import OutboxRecord
 from ._types import ACK_STATUS_FROM_WIRE, Ack, AckStatus, QueueState
 from .exceptions import (
@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._queue import Queue
     from ._transport import Answer, Transport
 
-__all__ = ["Batch", "PendingPuts"]
+__all__ = ["Batch", "OnePost", "PendingPuts"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,10 @@ _guid_of = operator.itemgetter(2)
 _RETRANSMIT_CHUNK = 10000
 
 OnAck = Optional[Callable[[Ack], None]]
+# Called once with a post call's answers, in order, when its last message is answered.
+OnDone = Optional[Callable[[List[Ack]], None]]
+# A post call's encoded properties: one area (or None) for every message, or one per message.
+Areas = Union[None, bytes, List[Optional[bytes]]]
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
@@ -98,30 +102,36 @@ class Batch:
 
     Messages share one object, so the table holds no per-message Python object (many live
     objects make the garbage collector expensive). A blocking caller waits on ``finished``
-    and reads ``acks``; an asynchronous one gets ``futures``. ``await_answer`` (given for one
+    and reads ``acks``; an asynchronous one gets ``futures``, or, given ``on_done``, no
+    future at all: ``on_done(acks)`` runs on the dispatcher thread once all are answered. ``await_answer`` (given for one
     message) is how either waits: reading the socket itself where it can.
     """
 
-    __slots__ = ("queue", "keys", "payloads", "properties", "new_style", "compression", "deadline", "on_ack",
-                 "futures", "acks", "cursor", "_index", "remaining", "finished", "trace", "_await")
+    __slots__ = ("queue", "count", "keys", "payloads", "properties", "new_style", "compression", "deadline",
+                 "on_ack", "on_done", "futures", "acks", "cursor", "_index", "remaining", "finished", "trace",
+                 "_await")
 
-    def __init__(self, queue: "Queue", keys: Sequence[bytes], payloads: Sequence[bytes],
-                 properties: Sequence[Optional[bytes]],
+    def __init__(self, queue: "Queue", keys: Sequence[bytes], payloads: Sequence[bytes], properties: "Areas",
                  new_style: bool, compression: int, deadline: float, on_ack: OnAck, asynchronous: bool,
                  trace: Optional["SendTrace"] = None,
-                 await_answer: Optional[AwaitAnswer] = None) -> None:
+                 await_answer: Optional[AwaitAnswer] = None, on_done: OnDone = None) -> None:
         count = len(keys)
         self.queue = queue
+        self.count = count
         self.keys = keys  # the GUIDs, in order
         self.payloads = payloads
+        # One area (or None) for every message, or a list of one per message: not expanded to
+        # one reference per message (see properties_at).
         self.properties = properties
         # The encoding the properties areas were built in: a retransmission must say the same.
         self.new_style = new_style
         self.compression = compression
         self.deadline = deadline
         self.on_ack = on_ack
-        self.futures: "Optional[List[Future[Ack]]]" = new_futures(count, await_answer) if asynchronous else None
-        self.acks: List[Optional[Ack]] = [None] * count
+        self.on_done = on_done
+        self.futures: "Optional[List[Future[Ack]]]" = (new_futures(count, await_answer)
+                                                        if asynchronous and on_done is None else None)
+        self.acks: Optional[List[Optional[Ack]]] = None  # made with the first answer (see answers)
         # Answers mostly come in order: the first unanswered position is tried before an index
         # of the GUIDs, made only if one comes out of order. While all came in order, the
         # answered ones are exactly those before the cursor.
@@ -144,6 +154,31 @@ class Batch:
             self._index = dict(zip(keys, range(len(keys))))
         return self._index[guid]
 
+    def payload_at(self, i: int) -> bytes:
+        """The payload of message ``i``."""
+        return self.payloads[i]
+
+    def properties_at(self, i: int) -> Optional[bytes]:
+        """The encoded properties area of message ``i`` (None: none)."""
+        areas = self.properties
+        return areas[i] if isinstance(areas, list) else areas
+
+    def answers(self) -> List[Optional[Ack]]:
+        """The answers so far by position (None: none yet), made when first asked for: a
+        buffered message costs no slot in it."""
+        acks = self.acks
+        if acks is None:
+            acks = self.acks = [None] * self.count
+        return acks
+
+    def answer(self, i: int, ack: Ack) -> int:
+        """Record message ``i``'s final answer; return its payload's size (no longer kept)."""
+        if i == self.cursor:
+            self.cursor = i + 1
+        self.answers()[i] = ack
+        self.remaining -= 1
+        return len(self.payloads[i])
+
     def wait(self, timeout: float) -> List[Ack]:
         """The acks of a blocking batch, in order.
 
@@ -153,10 +188,76 @@ class Batch:
         assert self.finished is not None
         if not (self._await or _codec.Latch.wait)(self.finished, timeout):
             raise TimeoutError(f"{self.remaining} message(s) not acknowledged within {timeout:g} s")
-        return self.acks  # type: ignore[return-value]
+        return self.answers()  # type: ignore[return-value]
 
 
-_Settled = List[Tuple[Batch, int, Ack]]
+class OnePost(PostFuture):
+    """One ``post_async`` message: its pending record and the future its caller holds, in one
+    object (what :class:`Batch` and the future of a one-message batch kept in six: a buffered
+    100-byte ``post_async`` cost about 900 bytes, now under 400; issue 29). It answers what
+    :class:`PendingPuts` asks of a :class:`Batch` of one message.
+
+    Once answered it lets go of its payload and properties: a caller may keep the future.
+    """
+
+    __slots__ = ("queue", "payload", "areas", "_encoding", "deadline", "on_ack", "trace")
+    count = 1
+    cursor = 0
+    finished = None
+    on_done = None
+
+    def __init__(self, queue: "Queue", payload: bytes, areas: Optional[bytes], new_style: bool,
+                 compression: int, deadline: float, on_ack: OnAck, trace: Optional["SendTrace"],
+                 await_answer: AwaitAnswer) -> None:
+        super().__init__(thread_condition(), await_answer)
+        self.queue = queue
+        self.payload: Optional[bytes] = payload
+        self.areas = areas
+        self._encoding = compression << 1 | new_style  # one small int: one slot fewer for both
+        self.deadline = deadline
+        self.on_ack = on_ack
+        self.trace = trace
+
+    @property
+    def new_style(self) -> bool:
+        return bool(self._encoding & 1)
+
+    @property
+    def compression(self) -> int:
+        return self._encoding >> 1
+
+    @property
+    def futures(self) -> "Tuple[OnePost]":
+        """Itself: the future of its one message (read when it is settled)."""
+        return (self,)
+
+    @property
+    def remaining(self) -> int:
+        return 0 if self._result is not None else 1
+
+    def answers(self) -> List[Optional[Ack]]:
+        return [self._result]
+
+    def position(self, guid: bytes) -> int:
+        return 0
+
+    def payload_at(self, i: int) -> bytes:
+        return self.payload  # type: ignore[return-value]  # asked only while pending
+
+    def properties_at(self, i: int) -> Optional[bytes]:
+        return self.areas  # type: ignore[no-any-return]
+
+    def answer(self, i: int, ack: Ack) -> int:
+        """As :meth:`Batch.answer`. The ack is kept as the result, the state left RUNNING:
+        resolving it (outside the pending table's lock) makes it visible."""
+        self._result = ack
+        size = len(self.payload)  # type: ignore[arg-type]
+        self.payload = self.areas = None
+        return size
+
+
+Record = Union[Batch, OnePost]
+_Settled = List[Tuple[Record, int, Ack]]
 
 
 class PendingPuts:
@@ -179,7 +280,7 @@ class PendingPuts:
         # Threads waiting on _room (for memory, or in flush): Condition.notify_all is Python
         # code, ~1 us, which answers would otherwise pay per read with nobody to wake.
         self._room_waiters = 0
-        self._pending: Dict[bytes, Batch] = {}
+        self._pending: Dict[bytes, Record] = {}
         self._bytes = 0
         self._transport: Optional["Transport"] = None  # None while the state is not restored
         self._closed = False
@@ -204,7 +305,8 @@ class PendingPuts:
     # ---- posting ----------------------------------------------------------------------
     def post(self, queue: "Queue", payloads: Sequence[Any], properties: Any, property_types: Any,
              guids: Optional[bytes], generator: Any, new_style: bool, compression: int, on_ack: OnAck,
-             asynchronous: bool, single: bool = False, trace: Optional["SendTrace"] = None) -> Batch:
+             asynchronous: bool, single: bool = False, trace: Optional["SendTrace"] = None,
+             on_done: OnDone = None) -> "Record":
         """Build the PUT events of one post call in the calling thread, write them to the
         outbox (if any), then :meth:`track_and_send` them.
 
@@ -214,9 +316,12 @@ class PendingPuts:
             guids: the caller's GUIDs (16 bytes per message), or None to make them with ``generator``.
             new_style: the property encoding the connection negotiated.
             compression: the compression algorithm's wire value.
-            asynchronous: one future per message, else the caller waits on the batch.
+            asynchronous: one future per message (none given ``on_done``), else the caller waits on
+                the batch.
             single: name the payload ``data`` (post) rather than ``payloads[i]`` in errors.
             trace: the OpenTelemetry span of this call (ended with its last answer), or None.
+            on_done: with ``asynchronous`` and no ``on_ack``: called on the dispatcher thread
+                with the answers, in order, once the last one comes.
 
         Raises:
             ArgumentTypeError, InvalidArgumentError, PropertyError: bad payloads, properties or
@@ -232,16 +337,19 @@ class PendingPuts:
             guids = generator.generate(count) if count else b""
         elif len(guids) != 16 * count:
             raise InvalidArgumentError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
+        # Disconnected (read without the lock: track_and_send builds them if that changed), the
+        # events would be thrown away, the reconnect re-sending from the payloads: only check.
         events = _codec.build_put_events(queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED,
-                                         compression=compression, new_style_properties=new_style)
-        per_message = properties if isinstance(properties, list) else (properties,) * count  # (see _payload_tuple)
+                                         compression=compression, new_style_properties=new_style,
+                                         check_only=self._transport is None)
         if self._outbox is not None:
+            per_message = properties if isinstance(properties, list) else (properties,) * count
             self._outbox.append([
                 OutboxRecord(guids[16 * i:16 * i + 16], queue.uri, payload, props, new_style, compression)
                 for i, (payload, props) in enumerate(zip(payloads, per_message))
             ])
-        return self.track_and_send(queue, guids, payloads, per_message, new_style, compression, events, on_ack,
-                                   asynchronous, caller_guids, trace)
+        return self.track_and_send(queue, guids, payloads, properties, new_style, compression, events, on_ack,
+                                   asynchronous, caller_guids, trace, on_done)
 
     def resend_recovered(self, queue: "Queue", entries: List[OutboxRecord]) -> None:
         """Send what a previous process left unacknowledged in the outbox for ``queue``, with the
@@ -263,7 +371,7 @@ class PendingPuts:
         queue: "Queue",
         guids: bytes,
         payloads: Sequence[bytes],
-        properties: Sequence[Optional[bytes]],
+        properties: Areas,
         new_style: bool,
         compression: int,
         events: List[bytes],
@@ -271,8 +379,13 @@ class PendingPuts:
         asynchronous: bool,
         caller_guids: bool = False,
         trace: Optional["SendTrace"] = None,
-    ) -> Batch:
-        """Record built PUT events, then hand them to the writer unless reconnecting.
+        on_done: OnDone = None,
+    ) -> "Record":
+        """Record built PUT events (``events`` may be empty if checked but not built: then built
+        here if they can be sent), then hand them to the writer unless reconnecting.
+
+        An asynchronous post of one message is recorded as a :class:`OnePost` (its own
+        future), any other as a :class:`Batch`.
 
         ``caller_guids``: the GUIDs came from the caller, so check that none repeats or is
         still pending (its first post would never be settled).
@@ -284,15 +397,20 @@ class PendingPuts:
                 :meth:`close` nothing is recorded, as nothing would ever settle it.
         """
         count = len(payloads)
-        data = events[0] if len(events) == 1 else b"".join(events)
         keys = (guids,) if count == 1 else _codec.split_guids(guids)
-        batch = Batch(queue, keys, payloads, properties, new_style, compression,
-                      time.monotonic() + self._options.ack_timeout, on_ack, asynchronous, trace,
-                      # One message's answer comes in one read, which the waiting thread (in post()
-                      # or in its future's result()) can make itself; many come in many reads, each
-                      # then waking it rather than the reader (post_many of 1,000: 0.65-0.74 ->
-                      # 0.93-0.97 us of client CPU per message).
-                      self._await_answer if count == 1 else None)
+        deadline = time.monotonic() + self._options.ack_timeout
+        # One message's answer comes in one read, which the waiting thread (in post() or in its
+        # future's result()) can make itself; many come in many reads, each then waking it
+        # rather than the reader (post_many of 1,000: 0.65-0.74 -> 0.93-0.97 us of client CPU
+        # per message).
+        batch: Record
+        if count == 1 and asynchronous and on_done is None:
+            area = properties[0] if isinstance(properties, list) else properties
+            batch = OnePost(queue, payloads[0], area, new_style, compression, deadline, on_ack, trace,
+                            self._await_answer)
+        else:
+            batch = Batch(queue, keys, payloads, properties, new_style, compression, deadline, on_ack, asynchronous,
+                          trace, self._await_answer if count == 1 else None, on_done)
         size = len(payloads[0]) if count == 1 else sum(map(len, payloads))
         if caller_guids and len(set(keys)) != count:
             raise InvalidArgumentError("the same GUID appears twice in one post")
@@ -318,6 +436,10 @@ class PendingPuts:
             counters.posted_bytes += size
             transport = self._transport if queue.state == QueueState.OPEN else None
         if transport is not None:
+            if not events:
+                events = _codec.build_put_events(queue.queue_id, guids, payloads, properties, flags=_ACK_REQUESTED,
+                                                 compression=compression, new_style_properties=new_style)
+            data = events[0] if len(events) == 1 else b"".join(events)
             try:
                 transport.send(data, self._options.channel_write_timeout, asynchronous)
             except BandwidthLimitError:
@@ -357,7 +479,7 @@ class PendingPuts:
             for key in keys:
                 batch = self._pending.pop(key, None)
                 if batch is not None:
-                    size = len(batch.payloads[batch.position(key)])
+                    size = len(batch.payload_at(batch.position(key)))
                     self._bytes -= size
                     batch.queue._counters.posted -= 1  # never sent: not posted after all
                     batch.queue._counters.posted_bytes -= size
@@ -366,34 +488,33 @@ class PendingPuts:
             self._outbox.remove(keys)
 
     # ---- answers ------------------------------------------------------------------------
-    def _settle(self, batch: Batch, guid: bytes, ack: Ack, settled: _Settled) -> None:
+    def _settle(self, batch: "Record", guid: bytes, ack: Ack, settled: _Settled) -> None:
         """Caller holds the lock and popped ``guid``: record its final answer."""
         i = batch.position(guid)
-        if i == batch.cursor:
-            batch.cursor = i + 1
-        batch.acks[i] = ack
-        self._bytes -= len(batch.payloads[i])
-        batch.remaining -= 1
+        self._bytes -= batch.answer(i, ack)
         if batch.futures is not None or batch.on_ack is not None or not batch.remaining:
             settled.append((batch, i, ack))
 
     def _notify(self, settled: _Settled, woken: Optional[List[_codec.Latch]] = None) -> None:
-        """Outside the lock: resolve futures, queue on_ack callbacks, wake blocking posters
-        (or, given ``woken``, add their latches to it for the caller to set)."""
+        """Outside the lock: resolve futures, queue on_ack and on_done callbacks, wake blocking
+        posters (or, given ``woken``, add their latches to it for the caller to set)."""
         answered = [(batch.futures[i], ack) for batch, i, ack in settled if batch.futures is not None]
         if answered:
             resolve_futures(*zip(*answered))
         submit = self._submit
         for batch, _, ack in settled:
             if batch.futures is None and not batch.remaining:
-                if woken is None:
+                # Without futures or on_ack a batch is in ``settled`` once: with its last answer.
+                if batch.on_done is not None:
+                    submit(batch.on_done, batch.answers())
+                elif woken is None:
                     batch.finished.set()  # type: ignore[union-attr]
                 else:
                     woken.append(batch.finished)  # type: ignore[arg-type]
             if batch.on_ack is not None:
                 submit(batch.on_ack, ack)
             if batch.trace is not None and not batch.remaining:
-                batch.trace.end(batch.acks)
+                batch.trace.end(batch.answers())
 
     def handle_acks(self, events: List[bytes]) -> List[_codec.Latch]:
         """Reader thread: settle the messages of ACK events (those that came in one read).
@@ -430,7 +551,7 @@ class PendingPuts:
         if len(keys) < 2:
             return None
         batch = self._pending.get(keys[0])
-        if batch is None:
+        if not isinstance(batch, Batch) or batch.count == 1:  # unknown, or alone in its post call
             return None
         first = batch.cursor
         # Answered so far exactly those before the cursor (all in order)? Then the GUIDs at the
@@ -457,7 +578,7 @@ class PendingPuts:
                 counters.broker_answers[status] += 1
         first = batch.cursor  # _sole_batch checked: keys are the next ones in order
         batch.cursor = first + count
-        batch.acks[first:first + count] = acks
+        batch.answers()[first:first + count] = acks
         self._bytes -= sum(map(len, batch.payloads[first:first + count]))
         batch.remaining -= count
         if batch.futures is not None or batch.on_ack is not None:
@@ -489,7 +610,7 @@ class PendingPuts:
                 if guids is not None:
                     guids.append(guid)
 
-    def _complete(self, predicate: Callable[[Batch], bool], status: AckStatus, in_order: bool = False) -> int:
+    def _complete(self, predicate: Callable[["Record"], bool], status: AckStatus, in_order: bool = False) -> int:
         """Settle every message whose batch matches with a local ``status``; final answers
         leave the outbox, NOT_CONNECTED (the session stopped) stays for the next session.
         ``in_order`` stops at the first message that does not match."""
@@ -561,15 +682,15 @@ class PendingPuts:
                 transport.send_control(data)
 
     @staticmethod
-    def _retransmission(group: List[Tuple[bytes, Batch]], compression: int) -> Iterable[bytes]:
+    def _retransmission(group: List[Tuple[bytes, "Record"]], compression: int) -> Iterable[bytes]:
         for start in range(0, len(group), _RETRANSMIT_CHUNK):
             part = group[start:start + _RETRANSMIT_CHUNK]
             at = [batch.position(guid) for guid, batch in part]
             events = _codec.build_put_events(
                 [batch.queue.queue_id for _, batch in part],
                 b"".join(guid for guid, _ in part),
-                [batch.payloads[i] for (_, batch), i in zip(part, at)],
-                [batch.properties[i] for (_, batch), i in zip(part, at)],
+                [batch.payload_at(i) for (_, batch), i in zip(part, at)],
+                [batch.properties_at(i) for (_, batch), i in zip(part, at)],
                 flags=_ACK_REQUESTED,
                 compression=compression,
                 new_style_properties=[batch.new_style for _, batch in part],

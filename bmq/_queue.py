@@ -5,7 +5,7 @@ import queue as _stdqueue
 import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union, cast
 
 from ._protocol import queue_flags
 from ._stats import QueueCounters
@@ -15,6 +15,7 @@ from ._uri import QueueUri
 from .exceptions import ArgumentTypeError, InvalidArgumentError, PostError, QueueStateError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._puts import Batch
     from ._session import Session
 
 __all__ = ["Queue"]
@@ -184,9 +185,9 @@ class Queue:
             BandwidthLimitError: the connection stayed above its high watermark (or the
                 retransmission buffer full) for ``channel_write_timeout``; nothing was sent.
         """
-        batch = self._session._post(self, (data,), properties, property_types, compression, None, on_ack, True,
-                                    single=True)
-        return batch.futures[0]  # type: ignore[index]
+        # An asynchronous one-message post is its own future (bmq._puts.OnePost).
+        return self._session._post(self, (data,), properties, property_types, compression, None, on_ack, True,
+                                   single=True)  # type: ignore[return-value]
 
     def post(
         self,
@@ -213,7 +214,7 @@ class Queue:
         """
         batch = self._session._post(self, (data,), properties, property_types, compression, None, None, False,
                                     single=True)
-        acks = batch.wait(self._session._ack_wait_limit(timeout))
+        acks = cast("Batch", batch).wait(self._session._ack_wait_limit(timeout))
         raise_for_failures(acks)
         return acks[0]
 
@@ -253,6 +254,36 @@ class Queue:
         batch = self._session._post(self, payloads, properties, property_types, compression, guids, on_ack, True)
         return batch.futures  # type: ignore[return-value]
 
+    def post_many_callback(
+        self,
+        payloads: Sequence[Payload],
+        on_done: Callable[[List[Ack]], None],
+        properties: Union[Properties, Sequence[Properties]] = None,
+        *,
+        property_types: PropertyTypes = None,
+        compression: Compression = None,
+    ) -> None:
+        """Post many messages as :meth:`post_many_async` does, with one callback for the whole
+        call rather than a future per message: the lightest way to post many asynchronously
+        (a future per message costs memory and CPU; issues 29 and 31).
+
+        Args:
+            payloads: the payloads, in order (at least one).
+            on_done: called once on the dispatcher thread with every message's Ack, in the
+                order of ``payloads``, when the last one is answered (by the broker, or locally:
+                TIMEOUT after ``ack_timeout``, CANCELED, NOT_CONNECTED when the session stops).
+            properties, property_types, compression: as :meth:`post_many_async`.
+
+        Raises:
+            The errors of :meth:`post_many_async` (nothing was sent then, and ``on_done``
+            will not be called); InvalidArgumentError for an empty ``payloads``.
+        """
+        _check_payload_sequence(payloads)
+        if not payloads:
+            raise InvalidArgumentError("post_many_callback needs at least one payload")
+        self._session._post(self, payloads, properties, property_types, compression, None, None, True,
+                            on_done=on_done)
+
     def post_many(
         self,
         payloads: Sequence[Payload],
@@ -277,7 +308,7 @@ class Queue:
         if not payloads:
             return []
         batch = self._session._post(self, payloads, properties, property_types, compression, guids, None, False)
-        acks = batch.wait(self._session._ack_wait_limit(timeout))
+        acks = cast("Batch", batch).wait(self._session._ack_wait_limit(timeout))
         raise_for_failures(acks)
         return acks
 

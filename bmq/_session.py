@@ -22,7 +22,7 @@ from ._dispatch import Dispatcher, EventQueue, fail_future
 from ._handles import QueueHandles
 from ._options import QueueOptions, SessionOptions, _compression
 from ._outbox import Outbox, OutboxRecord
-from ._puts import Batch, PendingPuts
+from ._puts import PendingPuts, Record
 from ._connection import BrokerAddresses, Connection, Endpoint, client_identity
 from ._queue import Queue
 from ._recovery import Recovery
@@ -535,7 +535,8 @@ class Session:
         on_ack: Optional[Callable[[Ack], None]],
         asynchronous: bool,
         single: bool = False,
-    ) -> Batch:
+        on_done: Optional[Callable[[List[Ack]], None]] = None,
+    ) -> Record:
         """Check that ``queue`` takes posts now, then hand them to the PUT path (in the calling
         thread): :meth:`PendingPuts.post` builds, records and sends them."""
         if not queue.write:
@@ -552,8 +553,7 @@ class Session:
         try:
             # _new_style read once: a reconnect may change the broker's features meanwhile.
             return self._puts.post(queue, payloads, properties, property_types, guids, self._guids, self._new_style,
-                                   algorithm, on_ack, asynchronous, single,
-                                   trace)
+                                   algorithm, on_ack, asynchronous, single, trace, on_done)
         except BaseException as e:
             if trace is not None:
                 trace.end((), e)  # nothing was sent: the span ends with the error

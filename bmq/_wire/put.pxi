@@ -89,7 +89,7 @@ cdef list pack_events(PutItem *items, Py_ssize_t n, Py_ssize_t max_event_size, i
 
 def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0,
                      int compression=C_COMPRESSION_NONE, new_style_properties=True,
-                     Py_ssize_t max_event_size=C_MAX_PUT_EVENT_SIZE):
+                     Py_ssize_t max_event_size=C_MAX_PUT_EVENT_SIZE, bint check_only=False):
     """PUT events for ``len(payloads)`` messages, split below ``max_event_size`` (§2).
 
     Args:
@@ -105,6 +105,8 @@ def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0
         new_style_properties: whether the areas use the EX encoding (SchemaId 1) or the old
             one (SchemaId 0); one bool for all or one per message.
         max_event_size: upper bound of each event's length.
+        check_only: make every check, build nothing (returns []): a session that keeps its
+            posts while disconnected builds their events only once it can send them.
 
     Returns:
         The events, in message order.
@@ -193,6 +195,8 @@ def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0
             if it.size + C_EVENT_HEADER_SIZE > max_event_size:
                 raise MessageTooLargeError(f"message {i} of {it.size} bytes does not fit in a "
                                            f"{max_event_size}-byte event")
+        if check_only:
+            return []
         return pack_events(items, n, max_event_size, C_EVENT_PUT, fill_put)
     finally:
         free(items)

@@ -20,7 +20,6 @@ import os
 import threading
 import traceback
 import weakref
-from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import bmq
@@ -30,7 +29,7 @@ from . import session_events as se
 from ._messages import Message, make_ack, make_handle, make_message
 from .exceptions import BrokerTimeoutError, Error
 
-__all__ = ["ExtSession", "Poster", "ensure_stop_session", "STOPPED"]
+__all__ = ["ExtSession", "Poster", "Sent", "ensure_stop_session", "STOPPED"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +130,8 @@ def finish_ack(record: QueueRecord) -> None:
 
 
 def run_acks(record: QueueRecord, callbacks: List[Any], acks: List[bmq.Ack]) -> None:
-    """Dispatcher thread: run the ``on_ack`` of each message of one batch, in order."""
+    """Run the ``on_ack`` of each message of one batch, in order (on the dispatcher thread, or
+    after the session stopped)."""
     uri = record.uri
     for user, ack in zip(callbacks, acks):
         if user is not None:
@@ -163,19 +163,37 @@ _FAILED_STATUS = ((bmq.SessionClosedError, bmq.AckStatus.NOT_CONNECTED),
                    bmq.AckStatus.INVALID_ARGUMENT))
 
 
+def _ignore(acks: List[bmq.Ack]) -> None:
+    """The answers of a batch posted without any ``on_ack``."""
+
+
+class Sent:
+    """One batch handed to bmq: its queue, the application's ``on_ack`` of each message (None
+    where it gave none), and the batch's answers once all came (None until then)."""
+
+    __slots__ = ("record", "callbacks", "acks")
+
+    def __init__(self, record: QueueRecord, callbacks: List[Any]) -> None:
+        self.record = record
+        self.callbacks = callbacks
+        self.acks: Optional[List[bmq.Ack]] = None
+
+
 class Poster:
     """Sends a session's posts in batches: ``post()`` appends to a list and returns; this
     thread takes what was appended meanwhile (up to ``MAX_BATCH`` messages at a time) and hands
-    it to bmq's ``post_many_async`` in as few calls as the queues and property types allow (one
-    PUT event for many messages), then goes on with the next batch while the broker works. An
-    acker thread waits for each batch's ACKs, in order, and has the batch's ``on_ack``
-    callbacks run on the session's dispatcher thread (``bmq.Session.call_soon``), where every
-    other callback runs. A lone post goes at once; while one batch is sent the next gathers.
+    it to bmq's ``post_many_callback`` in as few calls as the queues and property types allow
+    (one PUT event for many messages, no future per message), then goes on with the next batch
+    while the broker works. When a batch's last ACK comes, bmq calls back on the session's
+    dispatcher thread, where every other callback runs; there the ``on_ack`` callbacks of the
+    batches answered so far run, oldest batch first. A lone post goes at once; while one batch
+    is sent the next gathers.
 
-    The posts of one thread are sent in order. Checks that can fail are made in ``post()``
-    itself; what bmq still refuses here (rare: a property value out of its type's range, the
-    connection full for ``channel_write_timeout``, the queue closed or the session stopped
-    meanwhile) resolves that message's ``on_ack`` with a failed status and is logged.
+    The posts of one thread are sent in order, and their ``on_ack`` run in that order. Checks
+    that can fail are made in ``post()`` itself; what bmq still refuses here (rare: a property
+    value out of its type's range, the connection full for ``channel_write_timeout``, the queue
+    closed or the session stopped meanwhile) resolves that message's ``on_ack`` with a failed
+    status and is logged.
 
     Args:
         name: the thread's name.
@@ -195,16 +213,15 @@ class Poster:
         self._closed = False
         self._send_lock = threading.Lock()  # batches go out one at a time, in order
         self._write_timeout = write_timeout
+        # The GUIDs of the acks of messages bmq refused (it makes those of the messages it sends).
         self._base = bmq.deterministic_guid(os.urandom(16))[:8]  # random, with the GUID version bits
         self._counter = itertools.count()
-        # Batches sent and waiting for their ACKs, oldest first: (record, callbacks, futures).
-        self._inflight: "collections.deque[Tuple[QueueRecord, List[Any], List[Any]]]" = collections.deque()
-        self._inflight_ready = threading.Condition(threading.Lock())
-        self._acker_done = False
+        # Batches sent whose on_ack callbacks have not run yet, oldest first (appended by the
+        # sending thread, taken from the left by whoever delivers, under _delivering).
+        self._inflight: "collections.deque[Sent]" = collections.deque()
+        self._delivering = threading.Lock()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
-        self.acker = threading.Thread(target=self._ack_loop, name=f"{name}-acks", daemon=True)
-        self.acker.start()
 
     def add(self, item: Item) -> None:
         """Queue one post for sending.
@@ -275,60 +292,50 @@ class Poster:
             properties = None
         callbacks = [item[4] for item in items]
         if not any(callbacks):
-            record.queue.post_many_async(payloads, properties, property_types=types)  # nothing waits for these
+            record.queue.post_many_callback(payloads, _ignore, properties, property_types=types)
             return
-        first = next(self._counter)
-        for _ in range(len(items) - 1):
-            next(self._counter)
-        keys = [self._base + (first + i).to_bytes(8, "big") for i in range(len(items))]
+        sent = Sent(record, callbacks)
+        self._inflight.append(sent)  # before bmq has it: its answers may come at once
         try:
-            futures = record.queue.post_many_async(payloads, properties, property_types=types, guids=b"".join(keys))
+            record.queue.post_many_callback(payloads, functools.partial(self._answered, sent), properties,
+                                            property_types=types)
         except bmq.Error as e:
+            self._inflight.pop()  # the last one: batches are sent one at a time (_send_lock)
             if len(items) > 1 and not isinstance(e, (bmq.SessionClosedError, bmq.QueueStateError)):
                 for item in items:  # one message may be the cause: send them one by one
                     self._send_group(record, types, [item])
                 return
             status = next((status for kind, status in _FAILED_STATUS if isinstance(e, kind)), bmq.AckStatus.UNKNOWN)
             logger.error("%d message(s) posted to %s were not sent: %s", len(items), record.uri, e)
-            futures = []
-            for key in keys:  # answered now, delivered in turn: on_ack keeps the order of the posts
-                future: "Future[bmq.Ack]" = Future()
-                future.set_result(bmq.Ack(status, key, record.uri))
-                futures.append(future)
-        with self._inflight_ready:
-            self._inflight.append((record, callbacks, futures))
-            self._inflight_ready.notify()
+            # Answered now, delivered in turn: on_ack keeps the order of the posts.
+            sent.acks = [bmq.Ack(status, self._base + next(self._counter).to_bytes(8, "big"), record.uri)
+                         for _ in items]
+            self._inflight.append(sent)
+            try:
+                self._call_soon(self.deliver)
+            except bmq.Error:
+                pass  # the session is stopping: end_acks delivers it once every post is answered
 
-    def _ack_loop(self) -> None:
-        """The acker thread: wait for each batch's ACKs in order, then have its callbacks run."""
-        while True:
-            with self._inflight_ready:
-                while not self._inflight and not self._acker_done:
-                    self._inflight_ready.wait()
-                if not self._inflight:
-                    return
-                record, callbacks, futures = self._inflight.popleft()
-            acks = [future.result() for future in futures]  # a post future always resolves (ack_timeout)
-            self._deliver(record, callbacks, acks)
-            del record, callbacks, futures, acks  # nothing of a delivered batch stays alive here
+    def _answered(self, sent: Sent, acks: List[bmq.Ack]) -> None:
+        """Dispatcher thread: bmq's answers to one batch."""
+        sent.acks = acks
+        self.deliver()
 
-    def _deliver(self, record: QueueRecord, callbacks: List[Any], acks: List[bmq.Ack]) -> None:
-        # Only the messages posted with an on_ack were counted as expected.
-        expected = [ack for user, ack in zip(callbacks, acks) if user is not None]
-        expected_callbacks = [user for user in callbacks if user is not None]
-        callbacks.clear()  # only run_acks holds the application's functions from here on
-        try:
-            self._call_soon(run_acks, record, expected_callbacks, expected)
-        except bmq.Error:  # the session is stopping: run them here, nothing else will
-            run_acks(record, expected_callbacks, expected)
+    def deliver(self) -> None:
+        """Run the ``on_ack`` callbacks of the oldest batches whose answers all came, in order."""
+        with self._delivering:
+            while self._inflight and self._inflight[0].acks is not None:
+                sent = self._inflight.popleft()
+                acks: List[bmq.Ack] = sent.acks  # type: ignore[assignment]
+                # Only the messages posted with an on_ack were counted as expected.
+                expected = [ack for user, ack in zip(sent.callbacks, acks) if user is not None]
+                callbacks = [user for user in sent.callbacks if user is not None]
+                sent.callbacks = []  # only run_acks holds the application's functions from here on
+                run_acks(sent.record, callbacks, expected)
 
     def end_acks(self) -> None:
-        """After the session stopped (every post resolved): deliver what is left, end the acker."""
-        with self._inflight_ready:
-            self._acker_done = True
-            self._inflight_ready.notify()
-        if threading.current_thread() is not self.acker:
-            self.acker.join(10.0)
+        """After the session stopped (every post answered): deliver what is left."""
+        self.deliver()
 
 
 class ExtSession:

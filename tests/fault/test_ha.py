@@ -100,6 +100,49 @@ def test_buffer_bound_makes_posters_wait_then_fail(broker):
         assert queue.post(bytes(2_000)).status is bmq.AckStatus.SUCCESS
 
 
+def test_every_post_accepted_up_to_the_bound_is_delivered_once_the_broker_returns(broker):
+    """Posting into the gap until the bound refuses (issue 29): what was accepted before the
+    refusal, by post_async and post_many_async alike, is acknowledged and stored exactly once
+    after the reconnect; the refused messages are not stored."""
+    opts = options(max_pending_bytes=20_000, channel_write_timeout=0.2)
+    with bmq.Session(broker.address, opts) as session:
+        queue = session.open_queue(fresh(), write=True)
+        broker.faults.refuse_negotiation(True)
+        broker.faults.drop_connections()
+        wait_event(session, events.ConnectionLost)
+        accepted, futures, refused = [], [], []
+        for n in range(100):
+            batch = [b"%04d" % (10 * n + i) + bytes(996) for i in range(1 if n % 2 else 3)]
+            try:
+                futures.extend([queue.post_async(batch[0])] if n % 2 else queue.post_many_async(batch))
+            except bmq.BandwidthLimitError:
+                refused = batch
+                break
+            accepted.extend(batch)
+        assert refused and 15 <= len(accepted) <= 20
+        broker.faults.refuse_negotiation(False)
+        assert [f.result(10.0).status for f in futures] == [bmq.AckStatus.SUCCESS] * len(accepted)
+        stored = [m.app_data for m in broker.queue_messages(queue.uri)]
+        assert sorted(stored) == sorted(accepted) and not set(refused) & set(stored)
+
+
+def test_post_many_callback_buffered_while_disconnected_is_answered_when_the_session_stops(broker):
+    """A call buffered in the gap gets its one on_done, NOT_CONNECTED for every message, when
+    the session stops (before the Disconnected event)."""
+    got = []
+    session = bmq.Session(broker.address, options(on_event=lambda e: got.append(type(e))))
+    try:
+        queue = session.open_queue(fresh(), write=True)
+        broker.faults.refuse_negotiation(True)
+        broker.faults.drop_connections()
+        wait_event(session, events.ConnectionLost)
+        queue.post_many_callback([b"a", b"b", b"c"], lambda acks: got.append([a.status for a in acks]))
+    finally:
+        session.stop()
+    assert [bmq.AckStatus.NOT_CONNECTED] * 3 in got
+    assert got.index([bmq.AckStatus.NOT_CONNECTED] * 3) < got.index(events.Disconnected)
+
+
 def test_close_while_disconnected_completes_locally(broker):
     with bmq.Session(broker.address, options()) as session:
         queue = session.open_queue(fresh(), write=True)

@@ -172,6 +172,34 @@ def test_empty_post_many_returns_no_acks(session):
     assert queue.post_many([]) == [] and queue.post_many_async([]) == []
 
 
+def test_post_many_callback_answers_the_whole_call_once_in_order_on_the_dispatcher(session):
+    """post_many_callback: no future per message; one call of on_done with every Ack, in the
+    order of the payloads, on the dispatcher thread; refused calls raise and never call it."""
+    queue = session.open_queue(fresh(), write=True)
+    calls = []
+    done = threading.Event()
+
+    def on_done(acks):
+        calls.append((acks, threading.current_thread().name))
+        done.set()
+
+    assert queue.post_many_callback([b"c%d" % i for i in range(500)], on_done, {"n": 1}) is None
+    assert done.wait(10.0)
+    (acks, thread), = calls
+    assert [a.status for a in acks] == [bmq.AckStatus.SUCCESS] * 500 and thread.startswith("bmq-dispatcher-")
+    assert len({a.guid for a in acks}) == 500 and all(a.queue_uri == queue.uri for a in acks)
+    with bmq.Session(session.broker) as reader_session:
+        reader = reader_session.open_queue(queue.uri, read=True)
+        received = drain(reader, 500)
+    assert [m.data for m in received] == [b"c%d" % i for i in range(500)]
+    assert [m.guid for m in received] == [a.guid for a in acks]
+    with pytest.raises(bmq.InvalidArgumentError):
+        queue.post_many_callback([], on_done)
+    with pytest.raises(bmq.InvalidArgumentError):
+        queue.post_many_callback([b"x", b""], on_done)
+    assert len(calls) == 1
+
+
 def test_session_post_by_uri_calls_on_ack_on_the_dispatcher(session):
     uri = fresh()
     session.open_queue(uri, write=True)

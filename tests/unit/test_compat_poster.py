@@ -4,8 +4,7 @@ refused on its own still gets its ``on_ack``, in its turn, with a failed status.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
-from typing import Any, List, Optional
+from typing import Any, List
 
 import pytest
 
@@ -16,30 +15,24 @@ pytestmark = pytest.mark.timeout(30)
 
 
 class FakeQueue:
-    """Accepts every payload but b"bad" (refused as bmq refuses a property it cannot encode)."""
+    """Accepts every payload but b"bad" (refused as bmq refuses a property it cannot encode) and
+    answers each batch at once, through ``call_soon`` (as bmq calls back on its dispatcher)."""
 
     suspended = False
 
-    def __init__(self) -> None:
+    def __init__(self, call_soon: Any = None) -> None:
         self.sent: List[bytes] = []
+        self._call_soon = call_soon
 
-    def post_many_async(self, payloads: List[bytes], properties: Any = None, *, property_types: Any = None,
-                        guids: Optional[bytes] = None) -> "List[Future[bmq.Ack]]":
+    def post_many_callback(self, payloads: List[bytes], on_done: Any, properties: Any = None, *,
+                           property_types: Any = None) -> None:
         if b"bad" in payloads:
             raise bmq.PropertyError("cannot encode")
         self.sent.extend(payloads)
-        futures = []
-        for i in range(len(payloads)):
-            future: "Future[bmq.Ack]" = Future()
-            guid = guids[16 * i:16 * i + 16] if guids else bytes(16)
-            future.set_result(bmq.Ack(bmq.AckStatus.SUCCESS, guid, "bmq://d/q"))
-            futures.append(future)
-        return futures
+        self._call_soon(on_done, [bmq.Ack(bmq.AckStatus.SUCCESS, bytes(16), "bmq://d/q") for _ in payloads])
 
 
 def test_acks_come_in_post_order_and_a_refused_message_gets_a_failed_ack():
-    queue = FakeQueue()
-    record = QueueRecord("bmq://d/q", queue, False, True, (1000, 1, 0, False))  # type: ignore[arg-type]
     seen: List[Any] = []
     done = threading.Event()
 
@@ -47,6 +40,9 @@ def test_acks_come_in_post_order_and_a_refused_message_gets_a_failed_ack():
         fn(*args)
         if len(seen) == 4:
             done.set()
+
+    queue = FakeQueue(call_soon)
+    record = QueueRecord("bmq://d/q", queue, False, True, (1000, 1, 0, False))  # type: ignore[arg-type]
 
     poster = Poster("test-poster", 1.0, call_soon)
     try:

@@ -5,6 +5,8 @@ they may also come out of order, split over events, mixed with other calls' ACKs
 with GUIDs nobody is waiting for. Each way must give every message its own answer."""
 from __future__ import annotations
 
+import concurrent.futures as cf
+import sys
 import threading
 from typing import Any, List
 
@@ -167,3 +169,24 @@ def test_an_ack_out_of_order_then_a_run_including_it_again():
         bmq.AckStatus.SUCCESS]
     assert len(puts) == 0 and puts._bytes == 0 and batch.remaining == 0
     assert sum(queue._counters.broker_answers) == 5
+
+
+def test_a_post_async_is_its_own_future_and_lets_go_of_its_message_once_answered():
+    """One post_async message is one object, its pending record and its future (issue 29's
+    memory bound): it behaves as a standard future (wait, done callbacks), and once answered
+    keeps neither payload nor properties for a caller that holds on to it."""
+    puts, queue = _puts(), _Queue()
+    payload, guid = b"p" * 100, bytes(range(16))
+    references = sys.getrefcount(payload)
+    future = puts.post(queue, [payload], {"n": 1}, None, guid, None, True, 0, None, True, single=True)
+    assert isinstance(future, cf.Future) and future.running() and not future.cancel()
+    assert future.payload_at(0) is payload and future.properties_at(0)  # kept for a retransmission
+    called = []
+    future.add_done_callback(lambda f: called.append(f.result().status))
+    with cf.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(cf.wait, [future], 5.0)
+        _answer(puts, [_ack_event([guid])])
+        assert waiting.result(5.0).done == {future}
+    assert future.result(0) == bmq.Ack(bmq.AckStatus.SUCCESS, guid, queue.uri)
+    assert called == [bmq.AckStatus.SUCCESS]
+    assert sys.getrefcount(payload) == references and future.properties_at(0) is None
