@@ -418,7 +418,7 @@ class PendingPuts:
             try:
                 if self._closed:
                     raise SessionClosedError("the session stopped")
-                if caller_guids and any(key in self._pending for key in keys):
+                if caller_guids and not self._pending.keys().isdisjoint(keys):
                     raise InvalidArgumentError("a GUID of this post is still waiting for its ACK")
                 if self._bytes + size > self._options.max_pending_bytes:
                     self._wait_for_room(size)
