@@ -265,7 +265,7 @@ class Queue:
     ) -> None:
         """Post many messages as :meth:`post_many_async` does, with one callback for the whole
         call rather than a future per message: the lightest way to post many asynchronously
-        (a future per message costs memory and CPU; issues 29 and 31).
+        (no future per message: less memory while buffered, less CPU per message).
 
         Args:
             payloads: the payloads, in order (at least one).
