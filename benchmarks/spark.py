@@ -28,21 +28,28 @@ it does not share the benchmark's interpreter lock with the clients:
   with ``Trigger.AvailableNow`` into the ``noop`` sink, which measures the source alone, timed
   from ``start()`` to the end of the micro-batch holding the last row, after a warm-up stream
   (``--warmup-rows``, 400,000 by default: long enough for the JVM's JIT to compile the row path);
-  its ratio to ``consume`` is the figure to watch. ``_steady_rows_per_s`` leaves out the first
+  its ratio to ``spark_floor`` is the figure to watch (``_ratio_vs_consume_batches``: to bmq's own
+  consumer). ``_steady_rows_per_s`` leaves out the first
   micro-batch, which also pays the query's start (~1.5-2.5 s here: Spark launching the source's
   Python process, compiling the query's code), i.e. what a longer stream sustains.
   ``_run_rows_per_s`` is timed to the query's
   end instead, which adds the ``pollTimeout`` (2 s here) the run waits to see the queue empty;
 * ``spark_floor``: Spark's own limit for that stream on this machine: a Python streaming source
-  handing over the same rows (bmq's schema, bmq's Arrow builder, 2 partitions) with no broker
-  and no session, drained the same way. ``spark_stream_ratio_vs_spark_floor`` is the share of
+  with no broker and no session whose partitions carry only their row range, each executor
+  building the same rows (bmq's schema and row builder, bmq's default batch size, 2 partitions),
+  drained the same way into the same sink. ``spark_stream_ratio_vs_spark_floor`` is the share of
   it bmq's source reaches; the rest is BlazingMQ's part (the session, the broker on the same
-  cores);
-* ``spark_stream_parquet``: the same into the ``parquet`` file sink (a realistic pipeline: every
-  row is written to disk before its messages are confirmed).
+  cores). ``spark_floor_built_on_driver`` builds the rows on the driver and ships them as Arrow
+  IPC slices instead, which is what shipping rows from the driver costs Spark;
+* ``spark_stream_parquet`` / ``spark_floor_parquet``: the same into the ``parquet`` file sink of
+  the ``data`` column (a realistic pipeline: every row is written to disk before its messages
+  are confirmed);
+* ``*_cpu_us_per_row``: CPU microseconds per row of each process over the run, by role (the JVM,
+  the source's driver-side Python process, the executors' Python workers, the broker), sampled
+  from ``/proc`` (see ``_cpu.py``).
 
 Usage: ``python benchmarks/spark.py [--rows N] [--stream-rows N] [--payload BYTES] [--partitions 2,4]
-[--write-only] [--repeat N] [--bmqbrkr [--bmqbrkr-home DIR]] [--json FILE]``
+[--write-only | --stream-only] [--repeat N] [--bmqbrkr [--bmqbrkr-home DIR]] [--json FILE]``
 """
 from __future__ import annotations
 
@@ -63,6 +70,8 @@ from typing import Any, Dict, List, Tuple
 
 import bmq
 from bmq.broker import broker_address
+from bmq.spark._options import StreamOptions
+from _cpu import ChildCpu
 from _report import RealBrokerProcess, default_bmqbrkr_home, drain_in_batches, fill_queue
 
 # Child processes import the same (installed) bmq as this script.
@@ -144,8 +153,8 @@ def spark_stream_rate(spark: Any, broker: str, rows: int, payload: int, sink: st
     fill_queue(broker, uri, rows, b"x" * payload)
     with tempfile.TemporaryDirectory(prefix="bmq-spark-bench-") as scratch:
         writer = (spark.readStream.format("blazingmq").option("broker", broker).option("queue", uri)
-                  .option("pollTimeout", "2").load()
-                  .writeStream.format(sink).trigger(availableNow=True)
+                  .option("pollTimeout", "2").load())
+        writer = (_sink_columns(writer, sink).writeStream.format(sink).trigger(availableNow=True)
                   .option("checkpointLocation", os.path.join(scratch, "checkpoint")))
         if sink != "noop":
             writer = writer.option("path", os.path.join(scratch, "out"))
@@ -155,15 +164,23 @@ def spark_stream_rate(spark: Any, broker: str, rows: int, payload: int, sink: st
     return rates
 
 
+def _sink_columns(frame: Any, sink: str) -> Any:
+    """What a query keeps of the stream: all its columns for ``noop`` (which measures the
+    source alone), the ``data`` column for a file sink (a pipeline archiving payloads)."""
+    return frame if sink == "noop" else frame.select("data")
+
+
 def _drain(writer: Any, rows: int) -> Dict[str, float]:
     """Start ``writer``'s query, wait for its end, check that it read ``rows`` rows, and
-    return the rates :func:`spark_stream_rate` describes."""
-    started = time.time()
-    query = writer.start()
-    if not query.awaitTermination(timeout=1800):
-        query.stop()
-        raise RuntimeError("the streaming read did not finish within 30 minutes")
-    ended = time.time()
+    return the rates :func:`spark_stream_rate` describes, and the CPU microseconds per row
+    of each role's processes over the whole run (``cpu_us_per_row``, see :class:`ChildCpu`)."""
+    with ChildCpu() as cpu:
+        started = time.time()
+        query = writer.start()
+        if not query.awaitTermination(timeout=1800):
+            query.stop()
+            raise RuntimeError("the streaming read did not finish within 30 minutes")
+        ended = time.time()
     if query.exception() is not None:
         raise RuntimeError(f"the streaming read failed: {query.exception()}")
     batches = [progress for progress in query.recentProgress if progress["numInputRows"]]
@@ -176,28 +193,48 @@ def _drain(writer: Any, rows: int) -> Dict[str, float]:
     steady = sum(progress["numInputRows"] for progress in batches[1:])
     steady_s = _progress_end(batches[-1]) - _progress_end(batches[0])
     return {"rows_per_s": rows / (_progress_end(batches[-1]) - started), "run_rows_per_s": rows / (ended - started),
-            "steady_rows_per_s": steady / steady_s if steady else 0.0, "batches": len(batches)}
+            "steady_rows_per_s": steady / steady_s if steady else 0.0, "batches": len(batches),
+            "batch_rows_and_ms": [(progress["numInputRows"], progress["durationMs"]["triggerExecution"])
+                                  for progress in batches],
+            "cpu_us_per_row": {role: round(seconds / rows * 1e6, 2) for role, seconds in sorted(cpu.seconds.items())}}
 
 
-def spark_floor_rate(spark: Any, rows: int, payload: int, batch_rows: int = 200_000) -> Dict[str, float]:
+def spark_floor_rate(spark: Any, rows: int, payload: int, sink: str = "noop",
+                     on_driver: bool = False) -> Dict[str, float]:
     """Spark's own limit for this stream: a Python streaming source that hands over the same
-    rows (bmq's read schema, built by bmq's Arrow builder, cut into 2 partitions as bmq's
-    source does) without any broker or session, drained like :func:`spark_stream_rate`.
-    What is left between the two is BlazingMQ's part: the session, and the broker sharing
-    the machine's cores."""
+    rows (bmq's read schema, built by bmq's Arrow builder, in micro-batches as large as bmq's
+    source makes by default: 200,000 rows or 32 MiB of payload, cut into 2 partitions as bmq's
+    source does) without any broker or session, drained
+    into the same ``sink`` like :func:`spark_stream_rate`. Its partitions carry only their row
+    range and each executor builds its rows itself, as a source with nothing to fetch would
+    (``on_driver``: the driver builds each batch and ships it as Arrow IPC slices, as bmq's
+    source must, the rows coming from its one session). What is left between the two is
+    BlazingMQ's part: the session, and the broker sharing the machine's cores."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+    defaults = StreamOptions.parse({"queue": "bmq://bmq.test.mem.priority/floor"})
+    batch_rows = min(defaults.max_messages_per_batch, max(1, defaults.max_bytes_per_batch // max(1, payload)))
+
     class Slice(InputPartition):  # type: ignore[misc]
-        def __init__(self, index: int, stream: bytes) -> None:
+        def __init__(self, index: int, first: int, count: int, stream: bytes = b"") -> None:
             super().__init__(index)
-            self.stream = stream
+            self.first, self.count, self.stream = first, count, stream
+
+    def build(schema: Any, count: int) -> Any:
+        import array
+        import types
+
+        from bmq.spark._schema import RowBuilder
+
+        messages = bmq.MessageBatch(types.SimpleNamespace(uri=_queue("floor")), bmq._codec.GuidGenerator(1).generate(count),
+                                    b"x" * payload * count,
+                                    array.array("i", range(0, payload * count + 1, payload)).tobytes(), None)
+        return RowBuilder(schema)(messages, datetime.datetime.now(datetime.timezone.utc))
 
     class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
         def __init__(self, schema: Any) -> None:
-            from bmq.spark._schema import message_batch_factory
-
-            self.make = message_batch_factory(schema)
+            self.schema = schema
 
         def prepareForTriggerAvailableNow(self) -> None:
             pass
@@ -210,25 +247,27 @@ def spark_floor_rate(spark: Any, rows: int, payload: int, batch_rows: int = 200_
             return {"rows": min(rows, done + batch_rows)}
 
         def partitions(self, start: Dict[str, int], end: Dict[str, int]) -> list:
-            import array
-            import types
-
-            from bmq.spark._stream import _slices
-
             count = end["rows"] - start["rows"]
             if not count:
                 return []
-            messages = bmq.MessageBatch(types.SimpleNamespace(uri=_queue("floor")), bmq._codec.GuidGenerator(1).generate(count),
-                                        b"x" * payload * count,
-                                        array.array("i", range(0, payload * count + 1, payload)).tobytes(), None)
-            records = self.make(messages, datetime.datetime.now(datetime.timezone.utc))
-            return [Slice(index, stream) for index, stream in enumerate(_slices(records, 2))]
+            if on_driver:
+                import pyarrow as pa
+
+                from bmq.spark._stream import _slices
+
+                records = pa.Table.from_batches([build(self.schema, count)])
+                return [Slice(index, 0, 0, stream) for index, stream in enumerate(_slices(records, 2))]
+            half = count // 2
+            return [Slice(0, start["rows"], half), Slice(1, start["rows"] + half, count - half)]
 
         def read(self, partition: Any) -> Any:
             import pyarrow as pa
 
-            with pa.ipc.open_stream(partition.stream) as reader:
-                yield from reader
+            if partition.stream:
+                with pa.ipc.open_stream(partition.stream) as reader:
+                    yield from reader
+            else:
+                yield build(self.schema, partition.count)
 
         def commit(self, end: Any) -> None:
             pass
@@ -248,9 +287,11 @@ def spark_floor_rate(spark: Any, rows: int, payload: int, batch_rows: int = 200_
 
     spark.dataSource.register(Floor)
     with tempfile.TemporaryDirectory(prefix="bmq-spark-floor-") as scratch:
-        return _drain(spark.readStream.format("bmq-bench-floor").load().writeStream.format("noop")
-                      .trigger(availableNow=True).option("checkpointLocation", os.path.join(scratch, "checkpoint")),
-                      rows)
+        writer = (_sink_columns(spark.readStream.format("bmq-bench-floor").load(), sink).writeStream.format(sink)
+                  .trigger(availableNow=True).option("checkpointLocation", os.path.join(scratch, "checkpoint")))
+        if sink != "noop":
+            writer = writer.option("path", os.path.join(scratch, "out"))
+        return _drain(writer, rows)
 
 
 # ---- write patterns ---------------------------------------------------------------------
@@ -506,7 +547,10 @@ def main() -> None:
     parser.add_argument("--stream-rows", type=int, default=1_000_000, help="messages for the streaming reads")
     parser.add_argument("--warmup-rows", type=int, default=400_000, help="messages of the warm-up stream")
     parser.add_argument("--partitions", default="2", help="comma-separated partition counts of the writes")
-    parser.add_argument("--write-only", action="store_true", help="run only the write patterns")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--write-only", action="store_true", help="run only the write patterns")
+    only.add_argument("--stream-only", action="store_true",
+                      help="run only the streaming reads, their floors and bmq's consumers")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of the write patterns (medians reported)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--broker", help="tcp://host:port (default: an embedded broker)")
@@ -533,40 +577,38 @@ def main() -> None:
                        "broker": where, "cpu_count": os.cpu_count(), "python": platform.python_version()}
             _print(results, args.json)
             return
-        results: Dict[str, Any] = {
-            "rows": args.rows,
-            "stream_rows": args.stream_rows,
-            "payload_bytes": args.payload,
-            "post_many_rows_per_s": round(post_many_rate(broker, args.rows, args.payload)),
-            "consume_rows_per_s": round(consume_rate(broker, args.stream_rows, args.payload)),
-            "consume_batches_rows_per_s": round(consume_batches_rate(broker, args.stream_rows, args.payload)),
-        }
+        results: Dict[str, Any] = {"rows": args.rows, "stream_rows": args.stream_rows, "payload_bytes": args.payload}
+        if not args.stream_only:
+            results["post_many_rows_per_s"] = round(post_many_rate(broker, args.rows, args.payload))
+        results["consume_rows_per_s"] = round(consume_rate(broker, args.stream_rows, args.payload))
+        results["consume_batches_rows_per_s"] = round(consume_batches_rate(broker, args.stream_rows, args.payload))
         spark = spark_session()
         stack.callback(spark.stop)
-        results.update(write_results(spark, broker, args.rows, args.payload, partitions, args.repeat))
+        if not args.stream_only:
+            results.update(write_results(spark, broker, args.rows, args.payload, partitions, args.repeat))
         # Warm-up: Python workers, and the JVM's JIT (a stream runs for hours: its steady state
         # is what matters, and the JVM's per-row cost halves once the row conversion is compiled).
         spark_stream_rate(spark, broker, args.warmup_rows, args.payload, "noop")
-        floor = spark_floor_rate(spark, args.stream_rows, args.payload)
-        results["spark_floor_rows_per_s"] = round(floor["rows_per_s"])
-        results["spark_floor_steady_rows_per_s"] = round(floor["steady_rows_per_s"])
-        results["spark_floor_ratio_vs_consume"] = round(floor["rows_per_s"] / results["consume_rows_per_s"], 3)
         for sink, key in (("noop", "spark_stream"), ("parquet", "spark_stream_parquet")):
+            floor_key = "spark_floor" if sink == "noop" else "spark_floor_parquet"
+            floor = spark_floor_rate(spark, args.stream_rows, args.payload, sink)
+            results[f"{floor_key}_rows_per_s"] = round(floor["rows_per_s"])
+            results[f"{floor_key}_steady_rows_per_s"] = round(floor["steady_rows_per_s"])
+            on_driver = spark_floor_rate(spark, args.stream_rows, args.payload, sink, on_driver=True)
+            results[f"{floor_key}_cpu_us_per_row"] = floor["cpu_us_per_row"]
+            results[f"{floor_key}_built_on_driver_rows_per_s"] = round(on_driver["rows_per_s"])
             rates = spark_stream_rate(spark, broker, args.stream_rows, args.payload, sink)
             results[f"{key}_rows_per_s"] = round(rates["rows_per_s"])
-            results[f"{key}_ratio_vs_consume"] = round(rates["rows_per_s"] / results["consume_rows_per_s"], 3)
             results[f"{key}_ratio_vs_consume_batches"] = round(
                 rates["rows_per_s"] / results["consume_batches_rows_per_s"], 3)
             results[f"{key}_run_rows_per_s"] = round(rates["run_rows_per_s"])
             results[f"{key}_steady_rows_per_s"] = round(rates["steady_rows_per_s"])
-            results[f"{key}_steady_ratio_vs_consume"] = round(
-                rates["steady_rows_per_s"] / results["consume_rows_per_s"], 3)
             results[f"{key}_batches"] = rates["batches"]
-            if sink == "noop":
-                results[f"{key}_ratio_vs_spark_floor"] = round(rates["rows_per_s"] / floor["rows_per_s"], 3)
-                # A stream of one micro-batch has no steady part (None then).
-                results[f"{key}_steady_ratio_vs_spark_floor"] = round(
-                    rates["steady_rows_per_s"] / floor["steady_rows_per_s"], 3) if floor["steady_rows_per_s"] else None
+            results[f"{key}_cpu_us_per_row"] = rates["cpu_us_per_row"]
+            results[f"{key}_ratio_vs_spark_floor"] = round(rates["rows_per_s"] / floor["rows_per_s"], 3)
+            # A stream of one micro-batch has no steady part (None then).
+            results[f"{key}_steady_ratio_vs_spark_floor"] = round(
+                rates["steady_rows_per_s"] / floor["steady_rows_per_s"], 3) if floor["steady_rows_per_s"] else None
         results.update({"spark_executors": 2, "broker": where, "cpu_count": os.cpu_count(),
                         "python": platform.python_version()})
     _print(results, args.json)

@@ -22,7 +22,7 @@ import bmq
 
 from . import _session
 from ._options import ReadOptions
-from ._schema import message_batch_factory
+from ._schema import RowBuilder
 
 __all__ = ["BlazingMQReader"]
 
@@ -59,7 +59,7 @@ class BlazingMQReader(DataSourceReader):
         if share <= 0:
             return
         options = self._options
-        make_batch = message_batch_factory(self._schema)
+        make_batch = RowBuilder(self._schema)
 
         def rows(parts: List[bmq.MessageBatch]) -> pa.RecordBatch:
             return make_batch(bmq.MessageBatch.join(parts), datetime.datetime.now(datetime.timezone.utc))

@@ -39,7 +39,7 @@ __all__ = [
     "WriteLayout",
     "read_schema",
     "check_read_schema",
-    "message_batch_factory",
+    "RowBuilder",
 ]
 
 DATA_COLUMN = "data"
@@ -356,45 +356,70 @@ def _repeated_timestamp(moment: datetime.datetime, kind: pa.TimestampType, count
     return pa.Array.from_buffers(kind, count, [None, pa.py_buffer(array.array("q", [micros]) * count)])
 
 
-def message_batch_factory(schema: StructType) -> Callable[[bmq.MessageBatch, datetime.datetime], pa.RecordBatch]:
-    """A function ``(messages, received) -> pyarrow.RecordBatch`` for the output ``schema``.
+class RowBuilder:
+    """Turns received :class:`bmq.MessageBatch` objects into the rows of the output ``schema``.
 
     A row holds the payload, the properties as text (see :func:`_as_text`), the GUID in hex,
     the queue URI, ``received`` and the typed property columns (null where a value does not
-    fit). Built column by column from the :class:`bmq.MessageBatch`'s buffers (the payload
-    column wraps them without a copy): Spark takes Arrow batches as they are, while row
-    tuples cost it a Python conversion per value. The Arrow schema is the one Spark derives
-    from ``schema`` (and checks batches against).
+    fit), built column by column from the batch's buffers: Spark takes Arrow batches as they
+    are, while row tuples cost it a Python conversion per value. The Arrow schema is the one
+    Spark derives from ``schema`` (and checks batches against).
+
+    The work comes in two halves so that a stream's driver, which must hold the session (it
+    confirms), does the least of it: :meth:`pack` keeps what only the messages can give (the
+    payloads wrapped without a copy, the GUIDs as 16 raw bytes, the properties), and
+    :meth:`unpack`, in the executors, adds what follows from it (the GUIDs in hex, the queue
+    and ``received`` columns, repeated on every row). The packed rows are about a quarter of
+    the full ones for small payloads, which is what the driver serialises and Spark ships.
 
     Raises:
         TypeError: a typed property column of an unsupported type.
     """
-    arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    extra = [(field.name, _typed(field.dataType)) for field in schema.fields[len(READ_FIELDS):]]
-    map_type = arrow_schema.field(PROPERTIES_COLUMN).type
-    received_type = arrow_schema.field("received").type
 
-    def batch(messages: bmq.MessageBatch, received: datetime.datetime) -> pa.RecordBatch:
+    def __init__(self, schema: StructType):
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self._extra = [(field.name, _typed(field.dataType)) for field in schema.fields[len(READ_FIELDS):]]
+        self._map_type = self.arrow_schema.field(PROPERTIES_COLUMN).type
+        self._received_type = self.arrow_schema.field("received").type
+
+    def __call__(self, messages: bmq.MessageBatch, received: datetime.datetime) -> pa.RecordBatch:
+        """The full rows of ``messages``, received at ``received``."""
+        return self.unpack(self.pack(messages), messages.queue_uri, received)
+
+    def pack(self, messages: bmq.MessageBatch) -> pa.RecordBatch:
+        """``messages`` as packed rows: the payload, the 16-byte GUID, the properties map and
+        the typed property columns."""
         count = len(messages)
         all_properties = messages.all_properties() if messages.has_properties else None
-        uri = messages.queue_uri.encode()
         columns = [
             pa.Array.from_buffers(
                 pa.binary(), count, [None, pa.py_buffer(messages.offsets), pa.py_buffer(messages.payloads)]
             ),
-            _text_map(all_properties, count, map_type),
-            _fixed_width(messages.guids.hex().upper().encode(), 2 * _GUID_SIZE, count),  # GUIDs in hex
-            # A reader consumes one queue: every message of a batch has the same URI.
-            _fixed_width(uri * count, len(uri), count),
-            _repeated_timestamp(received, received_type, count),
+            pa.Array.from_buffers(pa.binary(_GUID_SIZE), count, [None, pa.py_buffer(messages.guids)]),
+            _text_map(all_properties, count, self._map_type),
         ]
-        for index, (name, convert) in enumerate(extra, start=len(READ_FIELDS)):
+        for index, (name, convert) in enumerate(self._extra, start=len(READ_FIELDS)):
             if all_properties is None:
                 typed: List[Any] = [None] * count
             else:
                 values = [properties.get(name) for properties in all_properties]
                 typed = [None if value is None else convert(value) for value in values]
-            columns.append(pa.array(typed, arrow_schema.field(index).type))
-        return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
+            columns.append(pa.array(typed, self.arrow_schema.field(index).type))
+        return pa.RecordBatch.from_arrays(columns, names=[f"_{index}" for index in range(len(columns))])
 
-    return batch
+    def unpack(self, packed: pa.RecordBatch, queue_uri: str, received: datetime.datetime) -> pa.RecordBatch:
+        """The full rows of ``packed`` (from :meth:`pack`): every message from ``queue_uri``
+        (a reader consumes one queue), received at ``received``."""
+        count = packed.num_rows
+        guids = packed.column(1)
+        raw = memoryview(guids.buffers()[1])[guids.offset * _GUID_SIZE:(guids.offset + count) * _GUID_SIZE]
+        uri = queue_uri.encode()
+        columns = [
+            packed.column(0),
+            packed.column(2),
+            _fixed_width(raw.hex().upper().encode(), 2 * _GUID_SIZE, count),  # GUIDs in hex
+            _fixed_width(uri * count, len(uri), count),
+            _repeated_timestamp(received, self._received_type, count),
+            *packed.columns[3:],
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)

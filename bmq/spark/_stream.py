@@ -7,11 +7,15 @@ executors and :meth:`commit` is told when Spark has durably finished one. The se
 that process, so the session that received a message is the one that confirms it, as
 BlazingMQ requires.
 
-The data path is Arrow from end to end: the driver turns a batch's messages into one
-``pyarrow.RecordBatch`` (column by column) and cuts it into slices, Arrow IPC streams that
+The data path is Arrow from end to end: the driver turns a batch's messages into packed Arrow
+record batches (payloads, raw GUIDs and properties, see :class:`~bmq.spark._schema.RowBuilder`;
+one per part the batch was taken in, never joined) and cuts them into slices, Arrow IPC streams that
 :meth:`partitions` hands to Spark as its partitions; :meth:`read`, in the executors' Python
-workers, gives the slices back to Spark as record batches, which Spark takes without
-converting a value in Python. Several partitions let Spark's cores take one batch in parallel.
+workers, completes the rows (GUIDs in hex, the queue and ``received`` columns) and gives them
+to Spark as record batches, which Spark takes without converting a value in Python. Several
+partitions let Spark's cores take one batch in parallel. The driver does only what needs the
+session, so that one driver feeds as many rows as it can: what it ships is the least the
+rows can be made from.
 
 Offsets are ``{"run": <id of this reader>, "seq": <messages handed out by it>}``. A batch of
 this run is kept (messages and slices) until confirmed, so :meth:`partitions` gives the
@@ -28,7 +32,7 @@ import datetime
 import logging
 import threading
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -43,15 +47,16 @@ import bmq
 
 from . import _session
 from ._options import StreamOptions
-from ._schema import message_batch_factory
+from ._schema import RowBuilder
 
 __all__ = ["BlazingMQStreamReader"]
 
 _log = logging.getLogger(__name__)
 
 Offset = Dict[str, Any]
-# A taken batch: its messages (None when none came) and the Arrow IPC slices of its rows.
-_Taken = Tuple[Optional[bmq.MessageBatch], List[bytes]]
+# A taken batch: its messages in the parts they were taken in (none when none came), the Arrow
+# IPC slices of its packed rows and when it was received.
+_Taken = Tuple[List[bmq.MessageBatch], List[pa.Buffer], datetime.datetime]
 # How long a micro-batch that has messages waits for the next one before it is cut.
 _LINGER = 0.05
 # A batch Spark waits for with nothing prefetched (a run's first, or the first after the queue
@@ -60,6 +65,8 @@ _LINGER = 0.05
 # the prefetch of the next one, instead of following the take of a full batch.
 _HEAD_START_SHARE = 8
 _HEAD_START_FLOOR = 1000
+# The reception time of a batch that has no message.
+_NEVER = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
 
 
 @dataclasses.dataclass
@@ -68,24 +75,30 @@ class _Batch:
 
     start_seq: int
     end_seq: int
-    messages: bmq.MessageBatch
-    slices: List[bytes]
+    parts: List[bmq.MessageBatch]
+    slices: List[pa.Buffer]
+    received: datetime.datetime
 
 
 class ArrowSlice(InputPartition):
-    """One partition of a micro-batch: consecutive rows as an Arrow IPC stream.
+    """One partition of a micro-batch: consecutive packed rows as an Arrow IPC stream (see
+    :meth:`RowBuilder.pack`), with what completes them: the queue's URI and when they came.
 
-    Spark pickles partitions from the driver to the executors; IPC bytes pickle as one
-    buffer and are read back without copying each value.
+    Spark pickles partitions from the driver to the executors; the IPC stream pickles as one
+    buffer (an Arrow buffer, with no copy of its own before pickle's) and is read back without
+    copying each value.
     """
 
-    def __init__(self, index: int, stream: bytes):
+    def __init__(self, index: int, stream: pa.Buffer, queue_uri: str, received: datetime.datetime):
         super().__init__(index)
         self.stream = stream
+        self.queue_uri = queue_uri
+        self.received = received
 
 
-def _slices(records: pa.RecordBatch, count: int) -> List[bytes]:
-    """``records`` cut into up to ``count`` runs of consecutive rows, each an Arrow IPC stream."""
+def _slices(records: pa.Table, count: int) -> List[pa.Buffer]:
+    """``records`` cut into up to ``count`` runs of consecutive rows, each an Arrow IPC stream
+    (of one record batch per chunk of ``records`` it spans)."""
     count = min(count, records.num_rows)
     share, extra = divmod(records.num_rows, count)
     slices = []
@@ -94,8 +107,8 @@ def _slices(records: pa.RecordBatch, count: int) -> List[bytes]:
         length = share + (1 if index < extra else 0)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, records.schema) as writer:
-            writer.write_batch(records.slice(offset, length))  # writes only the slice's part of the buffers
-        slices.append(sink.getvalue().to_pybytes())
+            writer.write_table(records.slice(offset, length))  # writes only the slice's part of the buffers
+        slices.append(sink.getvalue())
         offset += length
     return slices
 
@@ -127,7 +140,7 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._run = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._connection: Optional[Tuple[Any, Any]] = None
-        self._make_batch: Optional[Callable[[bmq.MessageBatch, datetime.datetime], pa.RecordBatch]] = None
+        self._rows: Optional[RowBuilder] = None
         self._seq = 0
         self._batches: List[_Batch] = []
         self._available_now = False
@@ -198,15 +211,15 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 self._confirm_through(self._seq)
             if self._caught_up:
                 return start
-            messages, slices = self._prefetched()
-            if messages is None:
+            parts, slices, received = self._prefetched()
+            if not parts:
                 # The prefetch may have found nothing only because the consumer's window was
                 # full; now that every finished batch is confirmed, look again.
-                messages, slices = self._next(self._queue())
-            if messages is None:
+                parts, slices, received = self._next(self._queue())
+            if not parts:
                 self._caught_up = self._available_now
                 return start
-            batch = _Batch(self._seq, self._seq + len(messages), messages, slices)
+            batch = _Batch(self._seq, self._seq + sum(map(len, parts)), parts, slices, received)
             self._batches.append(batch)
             self._seq = batch.end_seq
             self._prefetch()
@@ -237,13 +250,17 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     )
                 return []
             low = start["seq"] if self._mine(start) else 0
-            slices = [data for batch in self._batches if low < batch.end_seq <= end["seq"] for data in batch.slices]
-        return [ArrowSlice(index, data) for index, data in enumerate(slices)]
+            batches = [batch for batch in self._batches if low < batch.end_seq <= end["seq"]]
+        slices = [(data, batch.parts[0].queue_uri, batch.received) for batch in batches for data in batch.slices]
+        return [ArrowSlice(index, *parts) for index, parts in enumerate(slices)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The record batches of one slice (in an executor's Python worker)."""
-        with pa.ipc.open_stream(partition.stream) as reader:  # type: ignore[attr-defined]
-            yield from reader
+        """The rows of one slice (in an executor's Python worker), completed from its packed rows."""
+        assert isinstance(partition, ArrowSlice)
+        rows = self._row_builder()
+        with pa.ipc.open_stream(partition.stream) as reader:
+            for packed in reader:
+                yield rows.unpack(packed, partition.queue_uri, partition.received)
 
     def commit(self, end: Offset) -> None:
         """Confirm every message up to ``end``: Spark has finished with them.
@@ -267,6 +284,11 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if prefetcher is not None:
             prefetcher.join()
 
+    def _row_builder(self) -> RowBuilder:
+        if self._rows is None:
+            self._rows = RowBuilder(self._schema)
+        return self._rows
+
     def _offset(self, seq: int) -> Offset:
         return {"run": self._run, "seq": seq}
 
@@ -278,7 +300,8 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if not done or self._connection is None:
             return
         for batch in done:
-            batch.messages.confirm()
+            for part in batch.parts:
+                part.confirm()
         self._batches = [batch for batch in self._batches if batch.end_seq > seq]
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("blazingmq: confirmed up to seq %d of %s", seq, self._options.queue)
@@ -309,20 +332,24 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         """The prefetched batch (asking it to end at the next gap in deliveries), or none."""
         future, self._next_batch = self._next_batch, None
         if future is None:
-            return None, []
+            return [], [], _NEVER
         self._wanted.set()
         return future.result()
 
     def _next(self, queue: Any, wanted: Optional[threading.Event] = None) -> _Taken:
-        """The next batch's messages and its rows as the slices of its partitions (None and
-        no slices when no message came); see :meth:`_take` for ``wanted``."""
-        messages = self._take(queue, wanted)
-        if messages is None:
-            return None, []
-        if self._make_batch is None:
-            self._make_batch = message_batch_factory(self._schema)
-        records = self._make_batch(messages, datetime.datetime.now(datetime.timezone.utc))
-        return messages, _slices(records, self._options.num_partitions)
+        """The next batch's messages, its packed rows as the slices of its partitions and when
+        it was received (no parts and no slices when no message came); see :meth:`_take` for
+        ``wanted``.
+
+        The parts are packed one by one and never joined: a join would copy every payload
+        once more, the driver's largest cost per row for large payloads."""
+        parts = self._take(queue, wanted)
+        if not parts:
+            return [], [], _NEVER
+        received = datetime.datetime.now(datetime.timezone.utc)
+        rows = self._row_builder()
+        packed = pa.Table.from_batches([rows.pack(part) for part in parts])
+        return parts, _slices(packed, self._options.num_partitions), received
 
     def _queue(self) -> Any:
         """The consumer's queue, opened by the first call (only :meth:`latestOffset` calls it,
@@ -337,8 +364,9 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             )
         return self._connection[1]
 
-    def _take(self, queue: Any, wanted: Optional[threading.Event] = None) -> Optional[bmq.MessageBatch]:
-        """The next batch's messages, up to the batch limits (None when none came).
+    def _take(self, queue: Any, wanted: Optional[threading.Event] = None) -> List[bmq.MessageBatch]:
+        """The next batch's messages, up to the batch limits, in the parts they were taken in
+        (none when none came).
 
         Without ``wanted`` (Spark is waiting): waits ``pollTimeout`` for the first message,
         then takes more as long as they keep coming; a gap of ``_LINGER`` ends the batch.
@@ -364,4 +392,4 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             parts.append(part)
             count, size = count + len(part), size + len(part.payloads)
             timeout = _LINGER
-        return bmq.MessageBatch.join(parts) if parts else None
+        return parts
