@@ -338,43 +338,15 @@ def post_many_processes_rate(broker: str, rows: int, payload: int, processes: in
     return {"rows_per_s": rows / elapsed, "cpu_us_per_row": cpu / rows * 1e6}
 
 
-def _descendants_cpu() -> Tuple[float, float]:
-    """CPU seconds of this process's descendants: (Python processes, JVM). Each counts its own
-    and its reaped children's time, so Spark's Python workers that ended in between (reaped by
-    pyspark's daemon) still count; the broker is left out."""
-    tick = os.sysconf("SC_CLK_TCK")
-    stats = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                text = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
-            stats[int(entry)] = (name, int(rest[1]), sum(map(int, rest[11:15])) / tick)
-    inside = {os.getpid()}
-    grew = True
-    while grew:
-        grew = False
-        for pid, (_, parent, _) in stats.items():
-            if parent in inside and pid not in inside:
-                inside.add(pid)
-                grew = True
-    python = sum(cpu for pid, (name, _, cpu) in stats.items()
-                 if pid in inside and pid != os.getpid() and name.startswith("python"))
-    jvm = sum(cpu for pid, (name, _, cpu) in stats.items() if pid in inside and name == "java")
-    return python, jvm
-
-
 def _timed(rows: int, run: Any) -> Dict[str, float]:
     """``run()``'s rows/s, and the CPU per row of Spark's Python workers and of its JVM."""
-    python0, jvm0 = _descendants_cpu()
-    start = time.perf_counter()
-    run()
-    elapsed = time.perf_counter() - start
-    python1, jvm1 = _descendants_cpu()
-    return {"rows_per_s": rows / elapsed, "executor_cpu_us_per_row": (python1 - python0) / rows * 1e6,
-            "jvm_cpu_us_per_row": (jvm1 - jvm0) / rows * 1e6}
+    with ChildCpu() as cpu:
+        start = time.perf_counter()
+        run()
+        elapsed = time.perf_counter() - start
+    python = cpu.seconds.get("executors", 0.0) + cpu.seconds.get("python_planning", 0.0)
+    return {"rows_per_s": rows / elapsed, "executor_cpu_us_per_row": python / rows * 1e6,
+            "jvm_cpu_us_per_row": cpu.seconds.get("jvm", 0.0) / rows * 1e6}
 
 
 def _register_write_floors(spark: Any) -> None:
