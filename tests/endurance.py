@@ -24,6 +24,8 @@ grows). :class:`SoakResult` holds the samples, the faults, and the checks made a
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
 import os
 import subprocess
@@ -176,6 +178,16 @@ class Ledger:
                 for reader in stream.readers:
                     before = int.from_bytes(received_before[(stream.name, reader)], "little")
                     stream.lost_to_crash[reader] |= acked & ~before
+
+    def nbytes(self) -> int:
+        """Memory the ledger holds (its bitmaps, crash bookkeeping and duplicates): the soak's own,
+        sampled so that it is not mistaken for the client's."""
+        with self._lock:
+            total = sys.getsizeof(self.duplicates) + sum(map(sys.getsizeof, self.duplicates))
+            for stream in self.streams.values():
+                total += sys.getsizeof(stream.acked.data) + sum(sys.getsizeof(b.data) for b in stream.received.values())
+                total += sum(map(sys.getsizeof, stream.lost_to_crash.values()))
+            return total
 
     def snapshot_received(self) -> Dict[Tuple[str, str], bytes]:
         with self._lock:
@@ -572,6 +584,32 @@ def fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                       "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _load_mallinfo2() -> Optional[Callable[[], _Mallinfo2]]:
+    name = ctypes.util.find_library("c")
+    mallinfo2 = getattr(ctypes.CDLL(name), "mallinfo2", None) if name else None  # glibc >= 2.33
+    if mallinfo2 is not None:
+        mallinfo2.restype = _Mallinfo2
+    return mallinfo2
+
+
+_MALLINFO2 = _load_mallinfo2()
+
+
+def malloc_mb() -> Tuple[Optional[float], Optional[float]]:
+    """glibc malloc's (in use, free but kept) MB over all arenas, mmapped chunks counted in use;
+    (None, None) without glibc. RSS growing with these flat is fragmentation or mappings, not
+    live allocations."""
+    if _MALLINFO2 is None:
+        return None, None
+    info = _MALLINFO2()
+    return round((info.uordblks + info.hblkhd) / 2**20, 2), round(info.fordblks / 2**20, 2)
+
+
 def _percentile_ms(samples: List[float], q: float) -> Optional[float]:
     if not samples:
         return None
@@ -700,6 +738,7 @@ def _run(config: SoakConfig, host: _FaultHost, real: Any, workdir: Path) -> Soak
         stats = [role.session.stats() for role in roles if role.session is not None]
         post_lat, blocking.latencies = blocking.latencies, []
         async_lat, posting_async.latencies = posting_async.latencies, []
+        in_use, free = malloc_mb()
         samples.append({
             "t": round(now, 2),
             "rate": {k: round((v - previous["counts"].get(k, 0)) / elapsed, 1) for k, v in counts.items()},
@@ -707,6 +746,8 @@ def _run(config: SoakConfig, host: _FaultHost, real: Any, workdir: Path) -> Soak
             "post_p50_ms": _percentile_ms(post_lat, 0.50), "post_p99_ms": _percentile_ms(post_lat, 0.99),
             "async_p50_ms": _percentile_ms(async_lat, 0.50), "async_p99_ms": _percentile_ms(async_lat, 0.99),
             "rss_mb": round(rss_mb(), 2), "threads": thread_count(), "fds": fd_count(),
+            "malloc_in_use_mb": in_use, "malloc_free_mb": free, "python_blocks": sys.getallocatedblocks(),
+            "ledger_mb": round(soak.ledger.nbytes() / 2**20, 2),
             "writer_queue_bytes": sum(s.writer_queue_bytes for s in stats),
             "outbox_messages": sum(s.outbox_messages for s in stats),
             "in_flight": sum(q.in_flight for s in stats for q in s.queues.values()),
@@ -845,6 +886,7 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
     warm = next((s for s in samples if s["t"] >= config.warmup), samples[0] if samples else None)
     last = samples[-1] if samples else None
     rss_growth = (last["rss_mb"] - warm["rss_mb"]) if warm and last else 0.0
+    ledger_growth = (last["ledger_mb"] - warm["ledger_mb"]) if warm and last else 0.0
     rss_max_after = max((s["rss_mb"] for s in samples if warm and s["t"] >= warm["t"]), default=0.0)
     quiet_stalls = _stalled_intervals([s for s in samples if s["t"] <= producing_until], faults, config, ledger)
     checks = [
@@ -857,7 +899,7 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
         Check(f"RSS growth after {warm['t'] if warm else 0:.0f} s <= {RSS_GROWTH_LIMIT_MB:g} MB",
               rss_growth <= RSS_GROWTH_LIMIT_MB,
               f"{warm['rss_mb'] if warm else 0:.1f} MB -> {last['rss_mb'] if last else 0:.1f} MB "
-              f"(+{rss_growth:.1f}, max {rss_max_after:.1f})"),
+              f"(+{rss_growth:.1f}, max {rss_max_after:.1f}; of it the soak's own ledger +{ledger_growth:.1f})"),
         Check("threads back to baseline", end["threads"] <= baseline["threads"],
               f"baseline {baseline['threads']}, after closing {end['threads']}"),
         Check("file descriptors back to baseline", end["fds"] <= baseline["fds"],
