@@ -507,6 +507,7 @@ def run_tls(args: Any, patterns: List[str]) -> Dict[str, Any]:
     bmqbrkr: plaintext straight to it, TLS through stunnel4 in front of it (a hop more): there
     a blocking post is judged against the floor of that path, a bare TLS socket's PUT -> ACK
     loop through the same terminator. The certificates are made for the run by openssl."""
+    import shutil
     import sys
     import tempfile
 
@@ -514,81 +515,84 @@ def run_tls(args: Any, patterns: List[str]) -> Dict[str, Any]:
     from tlsutil import Stunnel, make_certificates, stunnel_binary  # the tests' TLS tools, not bmq's API
 
     workdir = Path(tempfile.mkdtemp(prefix="bmq-e2e-tls-"))
-    certificates = make_certificates(workdir / "certificates")
-    tls_options = bmq.SessionOptions(tls=bmq.tls_context(certificates["ca"]))
-    results: Dict[str, Any] = {"payload_bytes": len(PAYLOAD), "messages": args.messages, "posts": args.posts,
-                               "repeat": args.repeat, "tls": True}
-    rows = []
-    for pattern in patterns:
-        terminator = None
-        if args.bmqbrkr:
-            plain = RealBrokerProcess(Path(args.bmqbrkr))
-            binary = stunnel_binary()
-            if binary is None:
+    try:
+        certificates = make_certificates(workdir / "certificates")
+        tls_options = bmq.SessionOptions(tls=bmq.tls_context(certificates["ca"]))
+        results: Dict[str, Any] = {"payload_bytes": len(PAYLOAD), "messages": args.messages, "posts": args.posts,
+                                   "repeat": args.repeat, "tls": True}
+        rows = []
+        for pattern in patterns:
+            terminator = None
+            if args.bmqbrkr:
+                plain = RealBrokerProcess(Path(args.bmqbrkr))
+                binary = stunnel_binary()
+                if binary is None:
+                    plain.stop()
+                    raise SystemExit("--tls --bmqbrkr needs stunnel4 (apt-get install stunnel4)")
+                terminator = Stunnel(binary, workdir / f"stunnel-{pattern}", plain.address, certificates["server"],
+                                     certificates["server.key"]).start()
+                secure, tls_address = plain, terminator.address
+                results["broker"] = "bmqbrkr (TLS through stunnel4)"
+            else:
+                plain = BrokerProcess()
+                secure = BrokerProcess(["--tls-cert", str(certificates["server"]), "--tls-key",
+                                        str(certificates["server.key"])])
+                tls_address = secure.address
+                results["broker"] = "embedded broker (own process; its own TLS)"
+            SESSION_OPTIONS[tls_address] = tls_options
+            try:
+                paths = [("plain", plain, plain.address), ("tls", secure, tls_address)]
+                runs: Dict[str, List[Dict[str, float]]] = {}
+                for _ in range(args.repeat):
+                    for label, broker, address in paths:
+                        if pattern in PRODUCE:
+                            ours, _, size = PRODUCE[pattern]
+                            count = getattr(args, size)
+                            for name, run in ((label, ours), (f"floor_{label}", FLOOR.get(pattern))):
+                                if run is not None:
+                                    runs.setdefault(name, []).append(
+                                        measure(broker, lambda run=run, address=address: run(address, count), count))
+                        else:
+                            ours, _ = CONSUME[pattern]
+                            count = args.messages
+                            uri = fresh_uri(f"{label}-{pattern}")
+                            fill_queue(address, uri, count, PAYLOAD, BATCH, SESSION_OPTIONS.get(address))
+                            runs.setdefault(label, []).append(measure(
+                                broker, lambda ours=ours, address=address, uri=uri: ours(address, uri, count), count))
+                figures = {name: {key: statistics.median(r[key] for r in measured) for key in measured[0]}
+                           for name, measured in runs.items()}
+                for name, values in figures.items():
+                    results.update({f"{name}_{pattern}_{key}": value for key, value in values.items()})
+                ratio = figures["tls"]["msgs_per_s"] / figures["plain"]["msgs_per_s"]
+                results[f"{pattern}_tls_ratio_vs_plaintext"] = ratio
+                rows.append([pattern, figures["plain"]["msgs_per_s"], figures["tls"]["msgs_per_s"], ratio,
+                             figures["plain"]["client_cpu_us_per_msg"], figures["tls"]["client_cpu_us_per_msg"],
+                             figures["tls"]["broker_cpu_us_per_msg"]])
+                if "floor_tls" in figures:
+                    floor_plain, floor_tls = figures["floor_plain"], figures["floor_tls"]
+                    vs_floor = figures["tls"]["msgs_per_s"] / floor_tls["msgs_per_s"]
+                    results[f"{pattern}_tls_ratio_vs_tls_floor"] = vs_floor
+                    rows.append([f"  {pattern} floor: bare socket, one thread", floor_plain["msgs_per_s"],
+                                 floor_tls["msgs_per_s"], floor_tls["msgs_per_s"] / floor_plain["msgs_per_s"],
+                                 floor_plain["client_cpu_us_per_msg"], floor_tls["client_cpu_us_per_msg"], ""])
+                    rows.append([f"  {pattern} over TLS / its bare TLS socket floor", "", "", vs_floor, "", "", ""])
+                    for q in ("p50", "p99"):
+                        rows.append([f"  {pattern} {q} latency (us)", figures["plain"][f"{q}_us"],
+                                     figures["tls"][f"{q}_us"],
+                                     figures["tls"][f"{q}_us"] / figures["plain"][f"{q}_us"], "", "", ""])
+            finally:
+                if terminator is not None:
+                    terminator.stop()
                 plain.stop()
-                raise SystemExit("--tls --bmqbrkr needs stunnel4 (apt-get install stunnel4)")
-            terminator = Stunnel(binary, workdir / f"stunnel-{pattern}", plain.address, certificates["server"],
-                                 certificates["server.key"]).start()
-            secure, tls_address = plain, terminator.address
-            results["broker"] = "bmqbrkr (TLS through stunnel4)"
-        else:
-            plain = BrokerProcess()
-            secure = BrokerProcess(["--tls-cert", str(certificates["server"]), "--tls-key",
-                                    str(certificates["server.key"])])
-            tls_address = secure.address
-            results["broker"] = "embedded broker (own process; its own TLS)"
-        SESSION_OPTIONS[tls_address] = tls_options
-        try:
-            paths = [("plain", plain, plain.address), ("tls", secure, tls_address)]
-            runs: Dict[str, List[Dict[str, float]]] = {}
-            for _ in range(args.repeat):
-                for label, broker, address in paths:
-                    if pattern in PRODUCE:
-                        ours, _, size = PRODUCE[pattern]
-                        count = getattr(args, size)
-                        for name, run in ((label, ours), (f"floor_{label}", FLOOR.get(pattern))):
-                            if run is not None:
-                                runs.setdefault(name, []).append(
-                                    measure(broker, lambda run=run, address=address: run(address, count), count))
-                    else:
-                        ours, _ = CONSUME[pattern]
-                        count = args.messages
-                        uri = fresh_uri(f"{label}-{pattern}")
-                        fill_queue(address, uri, count, PAYLOAD, BATCH, SESSION_OPTIONS.get(address))
-                        runs.setdefault(label, []).append(measure(
-                            broker, lambda ours=ours, address=address, uri=uri: ours(address, uri, count), count))
-            figures = {name: {key: statistics.median(r[key] for r in measured) for key in measured[0]}
-                       for name, measured in runs.items()}
-            for name, values in figures.items():
-                results.update({f"{name}_{pattern}_{key}": value for key, value in values.items()})
-            ratio = figures["tls"]["msgs_per_s"] / figures["plain"]["msgs_per_s"]
-            results[f"{pattern}_tls_ratio_vs_plaintext"] = ratio
-            rows.append([pattern, figures["plain"]["msgs_per_s"], figures["tls"]["msgs_per_s"], ratio,
-                         figures["plain"]["client_cpu_us_per_msg"], figures["tls"]["client_cpu_us_per_msg"],
-                         figures["tls"]["broker_cpu_us_per_msg"]])
-            if "floor_tls" in figures:
-                floor_plain, floor_tls = figures["floor_plain"], figures["floor_tls"]
-                vs_floor = figures["tls"]["msgs_per_s"] / floor_tls["msgs_per_s"]
-                results[f"{pattern}_tls_ratio_vs_tls_floor"] = vs_floor
-                rows.append([f"  {pattern} floor: bare socket, one thread", floor_plain["msgs_per_s"],
-                             floor_tls["msgs_per_s"], floor_tls["msgs_per_s"] / floor_plain["msgs_per_s"],
-                             floor_plain["client_cpu_us_per_msg"], floor_tls["client_cpu_us_per_msg"], ""])
-                rows.append([f"  {pattern} over TLS / its bare TLS socket floor", "", "", vs_floor, "", "", ""])
-                for q in ("p50", "p99"):
-                    rows.append([f"  {pattern} {q} latency (us)", figures["plain"][f"{q}_us"],
-                                 figures["tls"][f"{q}_us"],
-                                 figures["tls"][f"{q}_us"] / figures["plain"][f"{q}_us"], "", "", ""])
-        finally:
-            if terminator is not None:
-                terminator.stop()
-            plain.stop()
-            if secure is not plain:
-                secure.stop()
-            SESSION_OPTIONS.pop(tls_address, None)
-    emit(f"bmq over TLS vs plaintext, pattern by pattern ({results['broker']}, {len(PAYLOAD)}-byte messages)",
-         ["pattern", "plaintext msg/s", "TLS msg/s", "TLS / plaintext", "plaintext CPU us/msg", "TLS CPU us/msg",
-          "broker CPU us/msg (TLS run)"], rows, results, args.json)
-    return results
+                if secure is not plain:
+                    secure.stop()
+                SESSION_OPTIONS.pop(tls_address, None)
+        emit(f"bmq over TLS vs plaintext, pattern by pattern ({results['broker']}, {len(PAYLOAD)}-byte messages)",
+             ["pattern", "plaintext msg/s", "TLS msg/s", "TLS / plaintext", "plaintext CPU us/msg", "TLS CPU us/msg",
+              "broker CPU us/msg (TLS run)"], rows, results, args.json)
+        return results
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # the run's certificates and stunnel files
 
 
 if __name__ == "__main__":
