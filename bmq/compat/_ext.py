@@ -300,17 +300,17 @@ class Poster:
             record.queue.post_many_callback(payloads, functools.partial(self._answered, sent), properties,
                                             property_types=types)
         except bmq.Error as e:
-            self._inflight.pop()  # the last one: batches are sent one at a time (_send_lock)
             if len(items) > 1 and not isinstance(e, (bmq.SessionClosedError, bmq.QueueStateError)):
+                self._inflight.pop()  # the last one (batches go one at a time, _send_lock): resent below
                 for item in items:  # one message may be the cause: send them one by one
                     self._send_group(record, types, [item])
                 return
             status = next((status for kind, status in _FAILED_STATUS if isinstance(e, kind)), bmq.AckStatus.UNKNOWN)
             logger.error("%d message(s) posted to %s were not sent: %s", len(items), record.uri, e)
-            # Answered now, delivered in turn: on_ack keeps the order of the posts.
+            # Answered now, delivered in turn (still the last in _inflight): on_ack keeps the
+            # order of the posts.
             sent.acks = [bmq.Ack(status, self._base + next(self._counter).to_bytes(8, "big"), record.uri)
                          for _ in items]
-            self._inflight.append(sent)
             try:
                 self._call_soon(self.deliver)
             except bmq.Error:
