@@ -37,17 +37,20 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import bmq
-import bmq.compat
-import bmq.events
-from _report import BrokerProcess, emit, make_parser
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import bmq  # noqa: E402
+import bmq.compat  # noqa: E402
+import bmq.events  # noqa: E402
+from _report import BrokerProcess, emit, make_parser  # noqa: E402
+from endurance import rss_mb  # noqa: E402  (the soak's reader of /proc)
 
 try:
     import blazingmq
@@ -66,8 +69,7 @@ BLOCKING_POSTS = 1000  # one thread each
 def rss() -> int:
     """This process's resident memory, bytes (after a garbage collection)."""
     gc.collect()
-    with open("/proc/self/statm", encoding="ascii") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return round(rss_mb() * 1024 * 1024)
 
 
 def fresh_payloads(first: int, count: int, size: int) -> List[bytes]:
