@@ -4,7 +4,7 @@ with the client's resources sampled over time and every message accounted for.
 One implementation for both users: ``benchmarks/soak.py`` (minutes, JSON and a picture) and
 ``tests/fault/test_soak.py`` (about 35 s per broker in the default run). :func:`run_soak`
 drives, against one broker (a real ``bmqbrkr`` or the embedded broker, each in its own
-process so this process holds only the client):
+process, ``tests/faulthost.py``, so this process holds only the client):
 
 * patterns, each with its own session, all through a TCP proxy (``tests/proxy.py``): blocking
   ``post()`` from 4 threads (persistent domain), ``post_async`` with a window (in-memory
@@ -24,11 +24,12 @@ grows). :class:`SoakResult` holds the samples, the faults, and the checks made a
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import ctypes.util
 import dataclasses
+import functools
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,6 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import bmq
 from bmq import events
+from faulthost import FaultHost
 
 #: Reconnect quickly: a soak wants to measure recovery, not back-off.
 RECONNECT = bmq.ReconnectPolicy(initial_delay=0.02, max_delay=0.5, jitter=0.2)
@@ -103,10 +105,12 @@ class _Bits:
         return True
 
     def as_int(self) -> int:
+        """The bitmap as one integer (bit ``seq`` set for each recorded ``seq``)."""
         return int.from_bytes(self.data, "little")
 
 
 def _popcount(value: int) -> int:
+    """The number of bits set in ``value``."""
     return bin(value).count("1")
 
 
@@ -127,6 +131,12 @@ class _Stream:
         self.received = {reader: _Bits() for reader in self.readers}
         self.lost_to_crash = {reader: 0 for reader in self.readers}
 
+    def take(self, count: int) -> range:
+        """The next ``count`` sequence numbers to post (one producer thread per stream: no lock)."""
+        first = self.posted
+        self.posted += count
+        return range(first, first + count)
+
 
 class Ledger:
     """What was acknowledged and what was delivered, per stream and reader; duplicates with
@@ -139,15 +149,19 @@ class Ledger:
         self.duplicates: List[Tuple[float, str, str, int]] = []  # (time, stream, reader, seq)
 
     def add(self, name: str, pattern: str, in_memory: bool, readers: Tuple[str, ...]) -> _Stream:
+        """A new stream ``name`` of ``pattern``, read by each of ``readers`` (before traffic starts)."""
         stream = self.streams[name] = _Stream(name, pattern, in_memory, readers)
         return stream
 
     def acked(self, stream: _Stream, seqs: Sequence[int]) -> None:
+        """Record that the broker acknowledged ``seqs`` of ``stream``."""
         with self._lock:
             for seq in seqs:
                 stream.acked.set(seq)
 
     def delivered(self, reader: str, payloads: Sequence[bytes], now: float) -> None:
+        """Record that ``reader`` received ``payloads`` (``stream:seq:...`` each) at ``now``
+        (monotonic); one seen before is a duplicate."""
         with self._lock:
             for payload in payloads:
                 name, seq_text, _ = bytes(payload).split(b":", 2)
@@ -169,7 +183,11 @@ class Ledger:
 
     def note_crash(self, received_before: Dict[Tuple[str, str], bytes]) -> None:
         """A broker crash lost its in-memory queues: the in-memory messages acked by now and not
-        delivered before the crash (``received_before``, taken when it died) are its doing."""
+        delivered before the crash (``received_before``, taken when it died) are its doing.
+
+        Call once the broker is back: ACKs it sent just before dying are still read from the
+        socket after the kill, and their messages died with it too.
+        """
         with self._lock:
             for stream in self.streams.values():
                 if not stream.in_memory:
@@ -190,6 +208,7 @@ class Ledger:
             return total
 
     def snapshot_received(self) -> Dict[Tuple[str, str], bytes]:
+        """What each reader has received so far, per (stream, reader), for :meth:`note_crash`."""
         with self._lock:
             return {(s.name, r): bytes(bits.data) for s in self.streams.values() for r, bits in s.received.items()}
 
@@ -217,21 +236,31 @@ class _Gate:
         self._inside = 0
 
     def enter(self) -> bool:
-        """Wait until open; False once finished (the worker should exit)."""
+        """Wait until open; False once finished (the worker should exit).
+
+        Raises:
+            TimeoutError: closed for WAIT_TIMEOUT without being reopened or finished.
+        """
         with self._cond:
-            while self._closed and not self._finished:
-                self._cond.wait()
+            if not self._cond.wait_for(lambda: not self._closed or self._finished, WAIT_TIMEOUT):
+                raise TimeoutError(f"gate closed for {WAIT_TIMEOUT} s")
             if self._finished:
                 return False
             self._inside += 1
             return True
 
     def leave(self) -> None:
+        """The end of a unit begun by a successful :meth:`enter`."""
         with self._cond:
             self._inside -= 1
             self._cond.notify_all()
 
     def close(self, finish: bool = False) -> None:
+        """Let no worker in (for good with ``finish``) and wait for those inside to leave.
+
+        Raises:
+            TimeoutError: a worker still inside after WAIT_TIMEOUT.
+        """
         with self._cond:
             self._closed = True
             self._finished = self._finished or finish
@@ -240,6 +269,7 @@ class _Gate:
                 raise TimeoutError(f"workers still busy after {WAIT_TIMEOUT} s")
 
     def open(self) -> None:
+        """Let workers in again."""
         with self._cond:
             self._closed = False
             self._cond.notify_all()
@@ -260,6 +290,7 @@ class _Role:
         self.stopping = soak.stopping
 
     def options(self) -> bmq.SessionOptions:
+        """The options of every session of this role."""
         return bmq.SessionOptions(reconnect=RECONNECT, on_event=self.soak.on_event)
 
     def open(self) -> None:
@@ -274,6 +305,7 @@ class _Role:
         """Wait for what is in flight before the session closes."""
 
     def start(self) -> None:
+        """Open the session and start the workers."""
         self.open()
         self._workers = [threading.Thread(target=self._loop, args=(i,), name=f"soak-{self.name}-{i}", daemon=True)
                          for i in range(self.threads)]
@@ -281,11 +313,18 @@ class _Role:
             worker.start()
 
     def _loop(self, index: int) -> None:
-        while self._gate.enter():
+        where = f"{self.name}[{index}]"
+        while True:
+            try:
+                if not self._gate.enter():
+                    return
+            except TimeoutError as exc:  # a reopen that never ended: the worker gives up
+                self.soak.error(where, exc)
+                return
             try:
                 self.work(index)
             except Exception as exc:  # noqa: BLE001 - every error is recorded and judged at the end
-                self.soak.error(f"{self.name}[{index}]", exc)
+                self.soak.error(where, exc)
                 self.stopping.wait(0.05)  # do not spin on a persistent failure
             finally:
                 self._gate.leave()
@@ -296,21 +335,26 @@ class _Role:
         self.drain()
 
     def reopen(self) -> None:
+        """Close the session between units of work and open a new one."""
         self.pause()
         self.close_session()
         self.open()
         self._gate.open()
 
     def close_session(self) -> None:
+        """Stop the session (idempotent)."""
         session, self.session = self.session, None
         if session is not None:
             session.stop()
 
     def finish(self) -> None:
-        """Stop the workers for good (the session stays open: consumers still deliver)."""
+        """Stop the workers for good (the session stays open: consumers still deliver);
+        idempotent. A worker that does not exit is recorded as an error."""
         self.pause(finish=True)
         for worker in self._workers:
             worker.join(WAIT_TIMEOUT)
+            if worker.is_alive():
+                self.soak.error(self.name, TimeoutError(f"{worker.name} still running after {WAIT_TIMEOUT} s"))
 
 
 class _Paced:
@@ -322,6 +366,7 @@ class _Paced:
         self.stopping = stopping
 
     def wait(self) -> None:
+        """Wait until the next unit is due (at once when behind by more than a second)."""
         self.next += self.period
         now = time.monotonic()
         if self.next < now - 1.0:
@@ -331,57 +376,64 @@ class _Paced:
 
 
 def _payload(stream: _Stream, seq: int) -> bytes:
+    """Message ``seq`` of ``stream``: ``name:seq:`` padded to PAYLOAD_SIZE."""
     head = b"%s:%d:" % (stream.name.encode(), seq)
     return head + b"." * (PAYLOAD_SIZE - len(head))
 
 
-class _BlockingPoster(_Role):
-    """``post()`` from several threads, one stream each; latency of every call."""
+class _Producer(_Role):
+    """A role whose session opens one queue, ``uri``, for writing; post latencies (where the
+    role measures them) are taken by the sampler."""
 
-    def __init__(self, soak: "_Soak", uri: str, threads: int, rate: float) -> None:
-        super().__init__(soak, "post")
+    def __init__(self, soak: "_Soak", name: str, uri: str) -> None:
+        super().__init__(soak, name)
         self.uri = uri
-        self.threads = threads
-        self.streams = [soak.ledger.add(f"post{i}", "post", False, ("callback",)) for i in range(threads)]
-        self._paced = [_Paced(rate, self.stopping) for _ in range(threads)]
-        self.latencies: List[float] = []
+        self.latencies: List[float] = []  # seconds; appended by workers or the reader thread
 
     def open(self) -> None:
         self.session = bmq.Session(self.soak.address, self.options())
         self.queue = self.session.open_queue(self.uri, write=True)
 
+    def take_latencies(self) -> List[float]:
+        """The latencies recorded since the last call."""
+        taken, self.latencies = self.latencies, []
+        return taken
+
+
+class _BlockingPoster(_Producer):
+    """``post()`` from several threads, one stream each; latency of every call."""
+
+    def __init__(self, soak: "_Soak", uri: str, threads: int, rate: float) -> None:
+        super().__init__(soak, "post", uri)
+        self.threads = threads
+        self.streams = [soak.ledger.add(f"post{i}", "post", False, ("callback",)) for i in range(threads)]
+        self._paced = [_Paced(rate, self.stopping) for _ in range(threads)]
+
     def work(self, index: int) -> None:
         stream = self.streams[index]
-        seq = stream.posted
-        stream.posted += 1
+        seqs = stream.take(1)
         start = time.perf_counter()
         try:
-            self.queue.post(_payload(stream, seq))
+            self.queue.post(_payload(stream, seqs[0]))
             self.latencies.append(time.perf_counter() - start)  # list.append is atomic
-            self.soak.ledger.acked(stream, (seq,))
+            self.soak.ledger.acked(stream, seqs)
         finally:
             self._paced[index].wait()
 
 
-class _AsyncPoster(_Role):
+class _AsyncPoster(_Producer):
     """``post_async`` with at most ``window`` messages unanswered."""
 
     threads = 1
     UNIT = 20  # posts per paced unit
 
     def __init__(self, soak: "_Soak", uri: str, rate: float, window: int) -> None:
-        super().__init__(soak, "post_async")
-        self.uri = uri
+        super().__init__(soak, "post_async", uri)
         self.window = window
         self.stream = soak.ledger.add("async", "post_async", True, ("callback-async",))
         self._paced = _Paced(rate / self.UNIT, self.stopping)
         self._cond = threading.Condition()
         self._in_flight = 0
-        self.latencies: List[float] = []
-
-    def open(self) -> None:
-        self.session = bmq.Session(self.soak.address, self.options())
-        self.queue = self.session.open_queue(self.uri, write=True)
 
     def work(self, index: int) -> None:
         for _ in range(self.UNIT):
@@ -389,26 +441,30 @@ class _AsyncPoster(_Role):
                 if not self._cond.wait_for(lambda: self._in_flight < self.window, WAIT_TIMEOUT):
                     raise TimeoutError(f"post_async window full for {WAIT_TIMEOUT} s")
                 self._in_flight += 1
-            seq = self.stream.posted
-            self.stream.posted += 1
+            seq = self.stream.take(1)[0]
             start = time.perf_counter()
             try:
                 future = self.queue.post_async(_payload(self.stream, seq))
             except BaseException:
                 self._answered()
                 raise
-            future.add_done_callback(lambda f, seq=seq, start=start: self._done(f, seq, start))
+            future.add_done_callback(functools.partial(self._done, seq=seq, start=start))
         self._paced.wait()
 
     def _done(self, future: Any, seq: int, start: float) -> None:
-        """On the reader thread: record the answer (no blocking here)."""
-        ack = future.result()
-        if ack.ok:
-            self.latencies.append(time.perf_counter() - start)
-            self.soak.ledger.acked(self.stream, (seq,))
-        else:
-            self.soak.error(self.name, bmq.PostError(f"post_async answered {ack.status.name}", [ack]))
-        self._answered()
+        """On the reader thread: record the answer (no blocking here). Whatever it is, the post
+        leaves the window: a future failed with an exception must not hold :meth:`drain`."""
+        try:
+            ack = future.result()
+            if ack.ok:
+                self.latencies.append(time.perf_counter() - start)
+                self.soak.ledger.acked(self.stream, (seq,))
+            else:
+                self.soak.error(self.name, bmq.PostError(f"post_async answered {ack.status.name}", [ack]))
+        except Exception as exc:  # noqa: BLE001 - recorded and judged at the end
+            self.soak.error(self.name, exc)
+        finally:
+            self._answered()
 
     def _answered(self) -> None:
         with self._cond:
@@ -421,15 +477,14 @@ class _AsyncPoster(_Role):
                 raise TimeoutError(f"{self._in_flight} post_async unanswered after {WAIT_TIMEOUT} s")
 
 
-class _ManyPoster(_Role):
+class _ManyPoster(_Producer):
     """``post_many`` of ``chunk`` messages per call; optionally with a durable outbox."""
 
     threads = 1
 
     def __init__(self, soak: "_Soak", name: str, uri: str, rate: float, chunk: int, readers: Tuple[str, ...],
                  outbox: Optional[Path] = None) -> None:
-        super().__init__(soak, name)
-        self.uri = uri
+        super().__init__(soak, name, uri)
         self.chunk = chunk
         self.outbox = outbox
         self.stream = soak.ledger.add(name, name, False, readers)
@@ -440,14 +495,8 @@ class _ManyPoster(_Role):
             return super().options()
         return dataclasses.replace(super().options(), outbox_dir=str(self.outbox))
 
-    def open(self) -> None:
-        self.session = bmq.Session(self.soak.address, self.options())
-        self.queue = self.session.open_queue(self.uri, write=True)
-
     def work(self, index: int) -> None:
-        first = self.stream.posted
-        seqs = range(first, first + self.chunk)
-        self.stream.posted += self.chunk
+        seqs = self.stream.take(self.chunk)
         try:
             self.queue.post_many([_payload(self.stream, seq) for seq in seqs])  # raises unless all SUCCESS
             self.soak.ledger.acked(self.stream, seqs)
@@ -501,65 +550,26 @@ class _BatchConsumer(_Role):
         batch.confirm()
 
 
-# ---- the broker side: broker and proxy in their own process --------------------------------
+class _Traffic:
+    """The roles of one run: four producers, each pattern on its own queue, and two consumers
+    reading them all (see the module's docstring)."""
 
-
-def _serve_faults(upstream: Optional[str]) -> None:
-    """Child process: the proxy (and the embedded broker when ``upstream`` is None); prints
-    the proxy's address, then obeys one fault command per stdin line (answering one line
-    each) until ``stop`` or end of input."""
-    from bmq.broker import Broker
-    from proxy import Proxy
-
-    broker = Broker().start() if upstream is None else None
-    proxy = Proxy(upstream or broker.address)  # type: ignore[union-attr]
-    print(proxy.address, flush=True)
-    actions: Dict[str, Callable[[], Any]] = {"cut": proxy.cut, "stall": proxy.stall, "resume": proxy.resume}
-    if broker is not None:
-        actions.update(restart=broker.restart, drop=broker.faults.drop_connections,
-                       withhold=broker.faults.withhold_acks, release=broker.faults.release_acks)
-    for line in sys.stdin:
-        command = line.strip()
-        if command == "stop":
-            break
-        print(actions[command](), flush=True)
-    proxy.close()
-    if broker is not None:
-        broker.stop()
-
-
-class _FaultHost:
-    """The child process of :func:`_serve_faults` (this file run as a script, importing the
-    same bmq as this process); :meth:`do` runs one command there."""
-
-    def __init__(self, upstream: Optional[str]) -> None:
-        root = str(Path(bmq.__file__).resolve().parents[1])
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-        self._process = subprocess.Popen([sys.executable, __file__, upstream or "embedded"], env=env, text=True,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.address = self._answer()
-        if not self.address.startswith("tcp://"):
-            self.close()
-            raise RuntimeError(f"the soak's broker-side process did not start: {self.address!r}")
-
-    def _answer(self) -> str:
-        return self._process.stdout.readline().strip()  # type: ignore[union-attr]
-
-    def do(self, command: str) -> str:
-        self._process.stdin.write(command + "\n")  # type: ignore[union-attr]
-        self._process.stdin.flush()  # type: ignore[union-attr]
-        return self._answer()
-
-    def close(self) -> None:
-        if self._process.poll() is None:
-            try:
-                self._process.stdin.write("stop\n")  # type: ignore[union-attr]
-                self._process.stdin.close()  # type: ignore[union-attr]
-                self._process.wait(WAIT_TIMEOUT)
-            except (OSError, subprocess.TimeoutExpired):
-                self._process.kill()
-                self._process.wait()
-        self._process.stdout.close()  # type: ignore[union-attr]
+    def __init__(self, soak: "_Soak", config: SoakConfig, workdir: Path) -> None:
+        tag = f"soak{os.getpid()}-{time.monotonic_ns() % 10**9}"
+        fanout = f"bmq://bmq.test.persistent.fanout/{tag}-fanout"
+        self.blocking = _BlockingPoster(soak, f"bmq://bmq.test.persistent.priority/{tag}-post",
+                                        config.blocking_threads, config.blocking_rate)
+        self.posting_async = _AsyncPoster(soak, f"bmq://bmq.test.mem.priority/{tag}-async", config.async_rate,
+                                          config.async_window)
+        many = _ManyPoster(soak, "post_many", f"bmq://bmq.test.persistent.priority/{tag}-many", config.many_rate,
+                           config.many_chunk, ("get_batch",), outbox=workdir / "outbox")
+        fan = _ManyPoster(soak, "fanout", fanout, config.fanout_rate, config.fanout_chunk, ("foo", "bar"))
+        callback = _CallbackConsumer(soak, {"callback": self.blocking.uri, "callback-async": self.posting_async.uri,
+                                            "foo": f"{fanout}?id=foo"})
+        batch = _BatchConsumer(soak, {"get_batch": many.uri, "bar": f"{fanout}?id=bar"})
+        self.consumers: List[_Role] = [callback, batch]
+        self.producers: List[_Role] = [self.blocking, self.posting_async, many, fan]
+        self.roles = self.consumers + self.producers
 
 
 # ---- process resources -----------------------------------------------------------------------
@@ -642,9 +652,11 @@ class SoakResult:
 
     @property
     def ok(self) -> bool:
+        """True when every check passed."""
         return all(check.ok for check in self.checks)
 
     def as_dict(self) -> Dict[str, Any]:
+        """The result as plain data (for ``json.dump``)."""
         return dataclasses.asdict(self)
 
     def report(self) -> str:
@@ -667,10 +679,12 @@ class _Soak:
         self.event_counts: Dict[str, int] = {}
 
     def error(self, where: str, exc: BaseException) -> None:
+        """Record ``exc``, raised in ``where``, with its time (judged against the faults)."""
         with self._lock:
             self.errors.append((time.monotonic(), where, f"{type(exc).__name__}: {exc}"))
 
     def on_event(self, event: events.SessionEvent) -> None:
+        """Every session's ``on_event``: count the events; the failures are errors."""
         name = type(event).__name__
         with self._lock:
             self.event_counts[name] = self.event_counts.get(name, 0) + 1
@@ -678,70 +692,50 @@ class _Soak:
                 self.errors.append((time.monotonic(), "session event", repr(event)))
 
 
-def _fault_kinds(real: bool) -> List[str]:
-    if real:
-        return ["cut", "stall", "crash", "reopen"]
-    return ["cut", "stall", "restart", "reopen", "drop", "withhold"]
+class _Sampler:
+    """A sample of throughput, latency and the process's resources every ``interval`` seconds
+    on its own thread until ``soak.stopping`` is set; :meth:`sample` takes one more."""
 
+    def __init__(self, soak: _Soak, traffic: _Traffic) -> None:
+        self.soak = soak
+        self.traffic = traffic
+        self.samples: List[Dict[str, Any]] = []
+        self._previous_t = 0.0
+        self._previous_counts = soak.ledger.counts()
+        self._thread = threading.Thread(target=self._loop, name="soak-sampler", daemon=True)
 
-def run_soak(config: SoakConfig) -> SoakResult:
-    """Run the soak of ``config`` and return its samples, faults and checks."""
-    with tempfile.TemporaryDirectory(prefix="bmq-soak-") as scratch:
-        workdir = Path(config.workdir or scratch)
-        real = None
-        if config.bmqbrkr_home is not None:
-            from realbroker import RealBroker
+    def start(self) -> None:
+        """Start sampling every ``config.interval`` seconds."""
+        self._thread.start()
 
-            real = RealBroker(config.bmqbrkr_home, workdir / "bmqbrkr").start()
-        try:
-            host = _FaultHost(real.address if real else None)
+    def join(self) -> None:
+        """Wait for the sampling thread to end (after ``soak.stopping`` is set)."""
+        if self._thread.is_alive():
+            self._thread.join(WAIT_TIMEOUT)
+            if self._thread.is_alive():
+                self.soak.error("sampler", TimeoutError(f"still sampling after {WAIT_TIMEOUT} s"))
+
+    def _loop(self) -> None:
+        while not self.soak.stopping.wait(self.soak.config.interval):  # the cadence: time passing is the point
             try:
-                return _run(config, host, real, workdir)
-            finally:
-                host.close()
-        finally:
-            if real is not None:
-                real.stop()
+                self.sample()
+            except Exception as exc:  # noqa: BLE001 - a sampling failure is an error to report
+                self.soak.error("sampler", exc)
 
-
-def _run(config: SoakConfig, host: _FaultHost, real: Any, workdir: Path) -> SoakResult:
-    log = config.log
-    baseline = {"threads": thread_count(), "fds": fd_count(), "rss_mb": rss_mb()}
-    soak = _Soak(config, host.address)
-    tag = f"soak{os.getpid()}-{time.monotonic_ns() % 10**9}"
-    fanout = f"bmq://bmq.test.persistent.fanout/{tag}-fanout"
-    blocking = _BlockingPoster(soak, f"bmq://bmq.test.persistent.priority/{tag}-post", config.blocking_threads,
-                               config.blocking_rate)
-    posting_async = _AsyncPoster(soak, f"bmq://bmq.test.mem.priority/{tag}-async", config.async_rate,
-                                 config.async_window)
-    many = _ManyPoster(soak, "post_many", f"bmq://bmq.test.persistent.priority/{tag}-many", config.many_rate,
-                       config.many_chunk, ("get_batch",), outbox=workdir / "outbox")
-    fan = _ManyPoster(soak, "fanout", fanout, config.fanout_rate, config.fanout_chunk, ("foo", "bar"))
-    callback = _CallbackConsumer(soak, {"callback": blocking.uri, "callback-async": posting_async.uri,
-                                        "foo": f"{fanout}?id=foo"})
-    batch = _BatchConsumer(soak, {"get_batch": many.uri, "bar": f"{fanout}?id=bar"})
-    consumers: List[_Role] = [callback, batch]
-    producers: List[_Role] = [blocking, posting_async, many, fan]
-    roles = consumers + producers
-    for role in roles:
-        role.start()
-    log(f"soak: {config.seconds:.0f} s against {'bmqbrkr' if real else 'the embedded broker'} via {host.address}")
-
-    samples: List[Dict[str, Any]] = []
-    faults: List[Dict[str, Any]] = []
-    previous = {"t": 0.0, "counts": soak.ledger.counts()}
-
-    def sample() -> None:
+    def sample(self) -> None:
+        """Append one sample: rates since the previous one and the state now."""
+        soak, traffic = self.soak, self.traffic
         now = time.monotonic() - soak.t0
         counts = soak.ledger.counts()
-        elapsed = max(1e-6, now - previous["t"])
-        stats = [role.session.stats() for role in roles if role.session is not None]
-        post_lat, blocking.latencies = blocking.latencies, []
-        async_lat, posting_async.latencies = posting_async.latencies, []
+        elapsed = max(1e-6, now - self._previous_t)
+        # role.session is read once: a reopen on the main thread may set it to None meanwhile.
+        stats = [session.stats() for session in (role.session for role in traffic.roles) if session is not None]
+        post_lat = traffic.blocking.take_latencies()
+        async_lat = traffic.posting_async.take_latencies()
         in_use, free = malloc_mb()
-        samples.append({
+        self.samples.append({
             "t": round(now, 2),
-            "rate": {k: round((v - previous["counts"].get(k, 0)) / elapsed, 1) for k, v in counts.items()},
+            "rate": {k: round((v - self._previous_counts.get(k, 0)) / elapsed, 1) for k, v in counts.items()},
             "total": counts,
             "post_p50_ms": _percentile_ms(post_lat, 0.50), "post_p99_ms": _percentile_ms(post_lat, 0.99),
             "async_p50_ms": _percentile_ms(async_lat, 0.50), "async_p99_ms": _percentile_ms(async_lat, 0.99),
@@ -753,57 +747,114 @@ def _run(config: SoakConfig, host: _FaultHost, real: Any, workdir: Path) -> Soak
             "in_flight": sum(q.in_flight for s in stats for q in s.queues.values()),
             "reconnects": sum(s.reconnects for s in stats),
         })
-        previous.update(t=now, counts=counts)
+        self._previous_t, self._previous_counts = now, counts
 
-    def sampler() -> None:
-        while not soak.stopping.wait(config.interval):
+
+def _fault_kinds(real: bool) -> List[str]:
+    """The faults, in the order they come round: bmqbrkr's, or the embedded broker's."""
+    if real:
+        return ["cut", "stall", "crash", "reopen"]
+    return ["cut", "stall", "restart", "reopen", "drop", "withhold"]
+
+
+def run_soak(config: SoakConfig) -> SoakResult:
+    """Run the soak of ``config`` and return its samples, faults and checks.
+
+    Raises:
+        RuntimeError: a broker or the broker-side process did not start or answer.
+        TimeoutError: a pause for a fault (draining, workers leaving) took over WAIT_TIMEOUT.
+    """
+    with tempfile.TemporaryDirectory(prefix="bmq-soak-") as scratch:
+        workdir = Path(config.workdir or scratch)
+        real = None
+        if config.bmqbrkr_home is not None:
+            from realbroker import RealBroker
+
+            real = RealBroker(config.bmqbrkr_home, workdir / "bmqbrkr").start()
+        try:
+            host = FaultHost(real.address if real else None)
             try:
-                sample()
-            except Exception as exc:  # noqa: BLE001 - a sampling failure is an error to report
-                soak.error("sampler", exc)
+                return _run(config, host, real, workdir)
+            finally:
+                host.close()
+        finally:
+            if real is not None:
+                real.stop()
 
-    sampling = threading.Thread(target=sampler, name="soak-sampler", daemon=True)
-    sampling.start()
 
+def _run(config: SoakConfig, host: FaultHost, real: Any, workdir: Path) -> SoakResult:
+    """Traffic through the faults for ``config.seconds``, then the final drain and the checks.
+    Every session and thread of the run is stopped before it returns or raises."""
+    baseline = {"threads": thread_count(), "fds": fd_count(), "rss_mb": rss_mb()}
+    soak = _Soak(config, host.address)
+    traffic = _Traffic(soak, config, workdir)
+    sampler = _Sampler(soak, traffic)
+    try:
+        for role in traffic.roles:
+            role.start()
+        config.log(f"soak: {config.seconds:.0f} s against {'bmqbrkr' if real else 'the embedded broker'} "
+                   f"via {host.address}")
+        sampler.start()
+        faults = _inject_faults(config, host, real, soak, traffic.roles)
+        # Stop posting, let every post be answered, then wait for every acked message to arrive.
+        for role in traffic.producers:
+            role.finish()
+        producing_until = time.monotonic() - soak.t0
+        drain_start = time.monotonic()
+        with soak.ledger.changed:
+            delivered = soak.ledger.changed.wait_for(soak.ledger.all_delivered, WAIT_TIMEOUT)
+        drain_seconds = time.monotonic() - drain_start
+        soak.stopping.set()
+        sampler.join()
+        sampler.sample()  # the last, with every session still open
+    finally:
+        _stop_traffic(soak, traffic, sampler)
+    end_threads, end_fds = _settle(baseline)
+    return _judge(config, soak, sampler.samples, faults, baseline, {"threads": end_threads, "fds": end_fds},
+                  delivered, drain_seconds, producing_until, real is not None)
+
+
+def _inject_faults(config: SoakConfig, host: FaultHost, real: Any, soak: _Soak, roles: List[_Role]
+                   ) -> List[Dict[str, Any]]:
+    """Inject the faults in turn, from ``config.first_fault`` every ``config.fault_every``
+    seconds, until ``config.seconds``; return each one's kind, start, end and detail."""
+    faults: List[Dict[str, Any]] = []
     kinds = _fault_kinds(real is not None)
     next_fault = config.first_fault
-    end = config.seconds
     while True:
         now = time.monotonic() - soak.t0
-        if now >= end:
-            break
+        if now >= config.seconds:
+            return faults
         if now < next_fault:
-            soak.stopping.wait(min(next_fault, end) - now)  # the run's length: time passing is the point
+            soak.stopping.wait(min(next_fault, config.seconds) - now)  # the run's length: time passing is the point
             continue
         kind = kinds[len(faults) % len(kinds)]
         start = time.monotonic()
         detail = _inject(kind, host, real, soak, roles, config)
         faults.append({"kind": kind, "start": round(start - soak.t0, 2), "end": round(time.monotonic() - soak.t0, 2),
                        "detail": detail})
-        log(f"  t={start - soak.t0:6.1f}s fault {kind}: {detail}")
+        config.log(f"  t={start - soak.t0:6.1f}s fault {kind}: {detail}")
         next_fault += config.fault_every
 
-    # Stop posting, let every post be answered, then wait for every acked message to arrive.
-    for role in producers:
-        role.finish()
-    producing_until = time.monotonic() - soak.t0
-    drain_start = time.monotonic()
-    with soak.ledger.changed:
-        delivered = soak.ledger.changed.wait_for(soak.ledger.all_delivered, WAIT_TIMEOUT)
-    drain_seconds = time.monotonic() - drain_start
+
+def _stop_traffic(soak: _Soak, traffic: _Traffic, sampler: _Sampler) -> None:
+    """Stop the sampler, every role's workers and every session, whatever state the run is in
+    (idempotent); a failure is recorded and the rest still stopped."""
     soak.stopping.set()
-    sampling.join(WAIT_TIMEOUT)
-    sample()  # the last, with every session still open
-    for role in consumers:
-        role.finish()
-    for role in roles:
-        role.close_session()
-    end_threads, end_fds = _settle(baseline)
-    return _judge(config, soak, samples, faults, baseline, {"threads": end_threads, "fds": end_fds},
-                  delivered, drain_seconds, producing_until, real is not None)
+    sampler.join()
+    for role in traffic.consumers + traffic.producers:
+        try:
+            role.finish()
+        except Exception as exc:  # noqa: BLE001 - recorded; the other roles must still stop
+            soak.error(f"{role.name} finish", exc)
+    for role in traffic.roles:
+        try:
+            role.close_session()
+        except Exception as exc:  # noqa: BLE001 - recorded; the other sessions must still stop
+            soak.error(f"{role.name} stop", exc)
 
 
-def _inject(kind: str, host: _FaultHost, real: Any, soak: _Soak, roles: List[_Role], config: SoakConfig) -> str:
+def _inject(kind: str, host: FaultHost, real: Any, soak: _Soak, roles: List[_Role], config: SoakConfig) -> str:
     """Do fault ``kind`` now; return what it did."""
     if kind == "cut":
         return f"proxy cut {host.do('cut')} connections"
@@ -842,22 +893,21 @@ def _settle(baseline: Dict[str, float]) -> Tuple[int, int]:
         threads, fds = thread_count(), fd_count()
         if (threads <= baseline["threads"] and fds <= baseline["fds"]) or time.monotonic() > deadline:
             return threads, fds
-        threading.Event().wait(0.05)  # OS state with nothing to wait on: look again shortly
+        time.sleep(0.05)  # polling /proc: the OS signals nothing to wait on
 
 
-def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], faults: List[Dict[str, Any]],
-           baseline: Dict[str, float], end: Dict[str, int], delivered: bool, drain_seconds: float,
-           producing_until: float, real: bool) -> SoakResult:
-    """The end-of-run checks."""
-    t0 = soak.t0
+def _fault_overlapping(faults: List[Dict[str, Any]], start: float, end: float, grace: float) -> Optional[str]:
+    """The kind of the latest fault whose window (from its start to ``grace`` seconds after its
+    end) overlaps [``start``, ``end``] (seconds into the run), or None."""
+    for fault in reversed(faults):
+        if fault["start"] <= end and start <= fault["end"] + grace:
+            return fault["kind"]
+    return None
 
-    def fault_at(t: float) -> Optional[str]:
-        for fault in reversed(faults):
-            if fault["start"] <= t - t0 <= fault["end"] + config.grace:
-                return fault["kind"]
-        return None
 
-    ledger = soak.ledger
+def _account(ledger: Ledger) -> Tuple[Dict[str, Dict[str, Any]], int, int]:
+    """Per stream: posted, acked, and per reader delivered, missing (unexplained) and lost with
+    a crashed broker's memory; with the totals of missing and of lost."""
     per_stream: Dict[str, Dict[str, Any]] = {}
     missing_total = lost_total = 0
     for stream in ledger.streams.values():
@@ -866,23 +916,29 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
                                  "domain": "in-memory" if stream.in_memory else "persistent"}
         for reader, bits in stream.received.items():
             missing = acked & ~bits.as_int()
-            lost = missing & stream.lost_to_crash[reader]
-            unexplained = _popcount(missing & ~lost)
-            entry[reader] = {"delivered": bits.count, "missing": unexplained, "lost_with_crashed_memory": _popcount(lost)}
+            lost = _popcount(missing & stream.lost_to_crash[reader])
+            unexplained = _popcount(missing) - lost
+            entry[reader] = {"delivered": bits.count, "missing": unexplained, "lost_with_crashed_memory": lost}
             missing_total += unexplained
-            lost_total += _popcount(lost)
+            lost_total += lost
         per_stream[stream.name] = entry
-    dup_by_fault: Dict[str, int] = {}
-    for t, *_ in ledger.duplicates:
-        cause = fault_at(t) or "unexplained"
-        dup_by_fault[cause] = dup_by_fault.get(cause, 0) + 1
-    errors_by_fault: Dict[str, int] = {}
-    unexplained_errors: List[str] = []
-    for t, where, what in soak.errors:
-        cause = fault_at(t)
-        errors_by_fault[cause or "unexplained"] = errors_by_fault.get(cause or "unexplained", 0) + 1
-        if cause is None:
-            unexplained_errors.append(f"t={t - t0:.1f}s {where}: {what}")
+    return per_stream, missing_total, lost_total
+
+
+def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], faults: List[Dict[str, Any]],
+           baseline: Dict[str, float], end: Dict[str, int], delivered: bool, drain_seconds: float,
+           producing_until: float, real: bool) -> SoakResult:
+    """The end-of-run checks."""
+    t0, ledger = soak.t0, soak.ledger
+
+    def cause(t: float) -> str:
+        return _fault_overlapping(faults, t - t0, t - t0, config.grace) or "unexplained"
+
+    per_stream, missing_total, lost_total = _account(ledger)
+    dup_by_fault = dict(collections.Counter(cause(t) for t, *_ in ledger.duplicates))
+    errors_by_fault = dict(collections.Counter(cause(t) for t, *_ in soak.errors))
+    unexplained_errors = [f"t={t - t0:.1f}s {where}: {what}" for t, where, what in soak.errors
+                          if cause(t) == "unexplained"]
     warm = next((s for s in samples if s["t"] >= config.warmup), samples[0] if samples else None)
     last = samples[-1] if samples else None
     rss_growth = (last["rss_mb"] - warm["rss_mb"]) if warm and last else 0.0
@@ -923,16 +979,12 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
 def _stalled_intervals(samples: List[Dict[str, Any]], faults: List[Dict[str, Any]], config: SoakConfig,
                        ledger: Ledger) -> List[str]:
     """Sample intervals touching no fault window in which some pattern acked nothing."""
-    patterns = {stream.pattern for stream in ledger.streams.values()}
+    patterns = sorted({stream.pattern for stream in ledger.streams.values()})
     stalled = []
     for before, after in zip(samples, samples[1:]):
-        if any(f["start"] <= after["t"] and before["t"] <= f["end"] + config.grace for f in faults):
+        if _fault_overlapping(faults, before["t"], after["t"], config.grace) is not None:
             continue
-        for pattern in sorted(patterns):
+        for pattern in patterns:
             if after["total"].get(pattern, 0) == before["total"].get(pattern, 0):
                 stalled.append(f"{pattern} {before['t']:.0f}-{after['t']:.0f}s")
     return stalled
-
-
-if __name__ == "__main__":
-    _serve_faults(None if sys.argv[1] == "embedded" else sys.argv[1])

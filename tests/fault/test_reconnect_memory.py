@@ -15,7 +15,8 @@ import gc
 
 import bmq
 from bmq import events
-from endurance import _FaultHost, rss_mb
+from endurance import rss_mb
+from faulthost import FaultHost
 from support import ha_options, wait_event
 
 WARM_UP = 20
@@ -27,7 +28,7 @@ DROPS = 20
 
 def test_100_reconnects_leave_rss_flat(caplog):
     caplog.set_level("ERROR", logger="bmq")  # the captured reconnect logs would be growth of the test's own
-    host = _FaultHost(None)
+    host = FaultHost(None)
     try:
         with bmq.Session(host.address, ha_options()) as session:
             queue = session.open_queue("bmq://bmq.test.mem.priority/reconnect-memory", write=True)
@@ -61,7 +62,7 @@ def test_a_dropped_connection_is_freed_without_the_cycle_collector(caplog):
     traceback) until the collector's rare full pass: 45 of them, mappings and all, after 12
     minutes of the soak's faults. Reference counting alone must free it."""
     caplog.set_level("ERROR", logger="bmq")
-    host = _FaultHost(None)
+    host = FaultHost(None)
     gc.collect()
     gc.disable()
     try:
