@@ -1,9 +1,11 @@
-"""Shared helpers for every benchmark script: the ``--json FILE`` option, an aligned table on
-stdout and a JSON record of the results together with the machine they were measured on."""
+"""Shared helpers for every benchmark script: the ``--json FILE`` option, the choice of broker
+(``--broker``/``--bmqbrkr``/``--cluster``) and the broker processes, an aligned table on stdout
+and a JSON record of the results together with the machine they were measured on."""
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -14,7 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 
 def make_parser(description: str) -> argparse.ArgumentParser:
@@ -266,6 +268,32 @@ def _free_port_range(count: int) -> int:
 def default_bmqbrkr_home() -> Path:
     """``../shared/bmqbrkr`` beside the checkout this script is in."""
     return Path(__file__).resolve().parents[2] / "shared" / "bmqbrkr"
+
+
+def add_broker_options(parser: argparse.ArgumentParser, *, cluster: bool = False) -> None:
+    """Add the choice of broker, at most one of ``--broker ADDR`` and ``--bmqbrkr [HOME]`` (and,
+    with ``cluster``, ``--cluster [HOME]``); without any, the embedded broker in its own process.
+    :func:`broker_starter` turns the parsed choice into brokers."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--broker", help="an already running broker's address (its CPU is not measured)")
+    where.add_argument("--bmqbrkr", nargs="?", const=str(default_bmqbrkr_home()), metavar="HOME",
+                       help="start the real bmqbrkr (default HOME: ../shared/bmqbrkr beside the checkout)")
+    if cluster:
+        where.add_argument("--cluster", nargs="?", const=str(default_bmqbrkr_home()), metavar="HOME",
+                           help="start a 3-node bmqbrkr cluster with a proxy (HOME/run-cluster) and go through the "
+                                "proxy, on the persistent domain (replicated ACKs)")
+
+
+def broker_starter(args: argparse.Namespace) -> Tuple[str, Callable[[], BrokerProcess]]:
+    """The broker chosen by the options of :func:`add_broker_options`: its name (an external
+    broker's address) and what starts a fresh one each time it is called."""
+    if args.broker:
+        return args.broker, functools.partial(ExternalBroker, args.broker)
+    if getattr(args, "cluster", None):
+        return ClusterProcess.name, functools.partial(ClusterProcess, Path(args.cluster))
+    if args.bmqbrkr:
+        return RealBrokerProcess.name, functools.partial(RealBrokerProcess, Path(args.bmqbrkr))
+    return BrokerProcess.name, BrokerProcess
 
 
 def fill_queue(address: str, uri: str, count: int, payload: bytes, chunk: int = 10_000, options: Any = None) -> None:

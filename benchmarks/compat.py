@@ -26,12 +26,10 @@ import itertools
 import statistics
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import bmq.compat
-from _report import (BrokerProcess, ExternalBroker, RealBrokerProcess, default_bmqbrkr_home, emit, fill_queue,
-                     make_parser, measure)
+from _report import BrokerProcess, add_broker_options, broker_starter, emit, fill_queue, make_parser, measure
 
 try:
     import blazingmq
@@ -103,27 +101,14 @@ def run_once(start_broker: Callable[[], BrokerProcess], pattern: str, api: Any, 
 
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser = make_parser("the same code under blazingmq and under bmq.compat")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--broker", help="an already running broker's address (its CPU is not measured)")
-    where.add_argument("--bmqbrkr", nargs="?", const=str(default_bmqbrkr_home()), metavar="HOME",
-                       help="start the real bmqbrkr (from HOME, default ../shared/bmqbrkr) for each run")
+    add_broker_options(parser)
     parser.add_argument("--messages", type=int, default=20000, help="messages per pattern and run")
     parser.add_argument("--repeat", type=int, default=1, help="runs per client and pattern (median reported)")
     parser.add_argument("--patterns", default="post_on_ack,consume_on_message_confirm")
     args = parser.parse_args(argv)
     if blazingmq is None:
         parser.error("the official blazingmq SDK is not installed (pip install blazingmq)")
-    if args.broker:
-        def start_broker() -> BrokerProcess:
-            return ExternalBroker(args.broker)
-        where_name = args.broker
-    elif args.bmqbrkr:
-        def start_broker() -> BrokerProcess:
-            return RealBrokerProcess(Path(args.bmqbrkr))
-        where_name = "bmqbrkr"
-    else:
-        start_broker = BrokerProcess
-        where_name = "embedded broker (own process)"
+    where_name, start_broker = broker_starter(args)
     clients = {"blazingmq": blazingmq, "bmq.compat": bmq.compat}
     results: Dict[str, Any] = {"broker": where_name, "messages": args.messages, "repeat": args.repeat}
     rows = []

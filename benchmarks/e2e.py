@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import bmq
-from _report import (BrokerProcess, ClusterProcess, ExternalBroker, RealBrokerProcess, default_bmqbrkr_home,
+from _report import (BrokerProcess, ClusterProcess, RealBrokerProcess, add_broker_options, broker_starter,
                      drain_in_batches, emit, fill_queue, make_parser, measure)
 
 try:
@@ -384,13 +384,7 @@ CONSUME = {
 
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser = make_parser("bmq vs the official blazingmq SDK, pattern by pattern")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--broker", help="an already running broker's address (its CPU is not measured)")
-    where.add_argument("--bmqbrkr", nargs="?", const=str(default_bmqbrkr_home()), metavar="HOME",
-                       help="start the real bmqbrkr (default HOME: ../shared/bmqbrkr beside the checkout)")
-    where.add_argument("--cluster", nargs="?", const=str(default_bmqbrkr_home()), metavar="HOME",
-                       help="start a 3-node bmqbrkr cluster with a proxy (HOME/run-cluster) and go through the "
-                            "proxy, on the persistent domain (replicated ACKs)")
+    add_broker_options(parser, cluster=True)
     parser.add_argument("--tls", action="store_true",
                         help="each bmq pattern over TLS beside the same in plaintext (the embedded broker's own TLS, "
                              "or stunnel4 in front of bmqbrkr), and the bare-socket floor of both paths")
@@ -416,14 +410,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
             parser.error("--tls runs on the embedded broker or with --bmqbrkr")
         return run_tls(args, patterns)
 
-    def start_broker() -> BrokerProcess:
-        if args.broker:
-            return ExternalBroker(args.broker)
-        if args.cluster:
-            return ClusterProcess(Path(args.cluster))
-        if args.bmqbrkr:
-            return RealBrokerProcess(Path(args.bmqbrkr))
-        return BrokerProcess()
+    _, start_broker = broker_starter(args)
 
     results: Dict[str, Any] = {"payload_bytes": len(PAYLOAD), "messages": args.messages,
                                "posts": args.posts, "repeat": args.repeat}
