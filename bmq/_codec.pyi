@@ -242,6 +242,14 @@ def recv_now(fd: int, buffer: Union[bytearray, memoryview]) -> int:
     """Bytes read into ``buffer``; 0 at the end of the stream, -1 when nothing was there."""
 
 # ---- waking blocked threads after letting go of the interpreter lock ----------------
+class SampleRing:
+    """The latest ``size`` samples appended, as C doubles (allocated at the first append)."""
+    def __init__(self, size: int) -> None: ...
+    def append(self, sample: float) -> None: ...
+    def __len__(self) -> int: ...
+    def values(self) -> list[float]:
+        """The samples kept, oldest first."""
+
 class Latch:
     """A one-shot flag waited on with the interpreter lock released; safe from any thread."""
     def set(self) -> None: ...

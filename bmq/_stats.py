@@ -14,11 +14,11 @@ answered (by the broker, or locally: TIMEOUT, CANCELED, NOT_CONNECTED) or still 
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
-from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
+from . import _codec
 from ._types import ACK_STATUS_FROM_WIRE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,7 +44,7 @@ class QueueCounters:
         self.local_answers: Dict[str, int] = {}
         self.pushed = 0
         self.confirmed = 0
-        self.latencies: Deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
+        self.latencies = _codec.SampleRing(LATENCY_WINDOW)  # 32 KB once the queue posts
 
     def snapshot(self, uri: str) -> "QueueStats":
         acked = dict(self.local_answers)
@@ -62,7 +62,7 @@ class QueueCounters:
             pushed=self.pushed,
             confirmed=self.confirmed,
             unconfirmed=max(0, self.pushed - self.confirmed),
-            ack_latency_us=_percentiles(list(self.latencies)),
+            ack_latency_us=_percentiles(self.latencies.values()),
         )
 
 
