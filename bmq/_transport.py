@@ -783,11 +783,21 @@ class Transport:
         self._fail(exc, cause)
 
     # ---- closing ------------------------------------------------------------------
-    def _shutdown(self) -> bool:
+    def _shutdown(self, failure: Optional[BaseException] = None) -> Optional[FailureHandler]:
+        """Close the transport for good, once: the first caller gets the owner's failure
+        handler (to call with ``failure``, recorded as :attr:`failure`), later ones None.
+
+        The handler is taken under the lock, in the same step that closes: as soon as the
+        transport is closed the reader thread may finish and release the owner (its callbacks
+        become no-ops), possibly before a thread whose write failed has logged and reported
+        the failure. That thread then reported nothing, and its session, never told, kept
+        waiting for a connection already gone (posts answered TIMEOUT after ack_timeout)."""
         with self._lock:
             if self._closed:
-                return False
+                return None
             self._closed = True
+            self.failure = failure
+            report = self._on_failure
             self._queue.clear()
             self._not_empty.notify_all()
             self._has_room.notify_all()
@@ -797,17 +807,17 @@ class Transport:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        return True
+        return report
 
     def _fail(self, exc: BaseException, cause: Optional[BaseException] = None) -> None:
         if cause is not None and exc.__cause__ is None:
             exc.__cause__ = cause
-        if self._shutdown():
-            self.failure = exc
+        report = self._shutdown(exc)
+        if report is not None:
             # Before negotiation ends the connect attempt's caller gets the error itself.
             logger.log(logging.WARNING if self._negotiated else logging.INFO, "connection to %s:%s lost: %s",
                        self.address[0], self.address[1], exc)
-            self._on_failure(exc)
+            report(exc)
 
     def close(self) -> None:
         """Shut the connection down (idempotent); the threads exit promptly."""

@@ -1,9 +1,11 @@
 """Transport writes: whichever thread writes (the sender itself, or the writer thread), and
 however queued events are joined, the peer receives every message once, each sender's in
 order, and the byte counters agree with what arrived. Blocking posts answered together send
-their next PUTs together, and what such a wave holds is never left unwritten."""
+their next PUTs together, and what such a wave holds is never left unwritten. A write that
+fails is reported to the owner, however late its thread gets round to it."""
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from typing import Dict, List, Tuple
@@ -13,6 +15,7 @@ import pytest
 from bmq import _codec
 from bmq import _transport
 from bmq._transport import Transport
+from bmq.exceptions import ConnectionLost
 
 SENDERS, EACH = 4, 3000
 
@@ -175,3 +178,51 @@ def test_a_held_post_whose_thread_waits_alone_is_written_at_once(monkeypatch):
         link.start_wave()
         _, latches = link.post()
         assert link.transport.wait_for(latches[0], 10.0)
+
+
+class _HoldSenderUntilReaderEnds(logging.Handler):
+    """Holds a thread other than the transport's reader inside its "connection lost" log call
+    until the reader thread has ended: as a sender preempted there on a loaded machine."""
+
+    def __init__(self, transport: Transport) -> None:
+        super().__init__()
+        self.transport = transport
+        self.reader_ended = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        reader = self.transport._reader
+        if "lost" in record.getMessage() and reader is not None and threading.current_thread() is not reader:
+            reader.join(10.0)
+            self.reader_ended = not reader.is_alive()
+
+
+def test_a_failed_write_is_reported_even_when_the_reader_thread_ends_first():
+    """The sender whose write fails closes the transport; the reader thread, seeing it closed,
+    ends and lets go of the owner's callbacks. The failure must reach the owner all the same
+    (it did not: a session behind a cut connection or a killed broker, told nothing, never
+    reconnected, and its posts timed out after ack_timeout)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    peer: List[socket.socket] = []
+    threading.Thread(target=lambda: peer.append(server.accept()[0]), daemon=True).start()
+    failures: List[BaseException] = []
+    transport = Transport(server.getsockname(), lambda *_: None, failures.append, 1 << 20, "failing")
+    transport.connect(5.0)
+    transport.set_heartbeat(0.0, 0)  # negotiated: the loss is logged as a warning
+    handler = _HoldSenderUntilReaderEnds(transport)
+    logger = logging.getLogger("bmq._transport")
+    logger.addHandler(handler)
+    try:
+        # Our side stops sending (the peer stays open, the reader sees nothing): the next write
+        # fails in the sending thread itself (nothing queued, so it writes directly).
+        transport._sock.shutdown(socket.SHUT_WR)
+        with pytest.raises(ConnectionLost, match="write to"):
+            transport.send(_codec.HEARTBEAT_REQ, 5.0)
+    finally:
+        logger.removeHandler(handler)
+        transport.close()
+        transport.join(5.0)
+        server.close()
+        for sock in peer:
+            sock.close()
+    assert handler.reader_ended  # the interleaving under test did happen
+    assert len(failures) == 1 and "write to" in str(failures[0])
