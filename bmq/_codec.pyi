@@ -9,7 +9,7 @@ Thread-safety: every function is safe from any thread; a :class:`FrameReader` or
 :class:`GuidGenerator` instance may be shared only under the caller's lock (the generator
 is internally locked, the frame reader is not).
 """
-from typing import Any, Dict, Final, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Final, Mapping, Optional, Sequence, Tuple, Union, overload
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -140,9 +140,20 @@ def deterministic_guid(key: Buffer) -> bytes:
 def derived_guids(key: Buffer, first: int, count: int) -> bytes:
     """The GUIDs of positions ``first .. first + count - 1`` under ``key``, concatenated: each a
     function of ``(key, position)`` only, distinct within one key (bulk producers' retries)."""
-def binary_values(offsets: Buffer, data: Buffer, first: int, count: int, offset_size: int = 4) -> list[bytes]:
+class PayloadColumn(Sequence[bytes]):
     """Values ``first .. first + count - 1`` of an Arrow binary/string column (its offsets and
-    data buffers) as bytes; ValueError for buffers that do not hold them."""
+    data buffers), held in place: ``post_many``'s payloads with no object per value; indexing
+    copies one out. ValueError for buffers that do not hold them."""
+    nbytes: int
+    first_empty: int
+    def __init__(self, offsets: Buffer, data: Buffer, first: int, count: int, offset_size: int = 4) -> None: ...
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+    @overload
+    def __getitem__(self, index: slice) -> "PayloadColumn": ...
+    def nbytes_of(self, first: int, count: int) -> int:
+        """Bytes of values ``first .. first + count - 1``."""
 
 def guid_to_hex(guid: Buffer) -> str: ...
 def guid_from_hex(text: str) -> bytes: ...
@@ -151,7 +162,7 @@ def guid_from_hex(text: str) -> bytes: ...
 def build_put_events(
     queue_ids: Union[int, Sequence[int]],
     guids: Buffer,
-    payloads: Sequence[Buffer],
+    payloads: Union[Sequence[Buffer], PayloadColumn],
     properties: Union[None, bytes, Sequence[Optional[bytes]]] = None,
     *,
     flags: int = ...,

@@ -55,10 +55,13 @@ OnDone = Optional[Callable[[List[Ack]], None]]
 # A post call's encoded properties: one area (or None) for every message, or one per message.
 Areas = Union[None, bytes, List[Optional[bytes]]]
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+_PayloadColumn = _codec.PayloadColumn
+Payloads = Union[Tuple[bytes, ...], _codec.PayloadColumn]
 
 
-def _payload_tuple(payloads: Sequence[Any], single: bool) -> Tuple[bytes, ...]:
-    """The payloads as a tuple of immutable bytes (they are kept for re-sending).
+def _payload_tuple(payloads: Sequence[Any], single: bool) -> Payloads:
+    """The payloads as a tuple of immutable bytes (they are kept for re-sending), or the
+    :class:`bmq._codec.PayloadColumn` given (immutable already: no Python object per payload).
 
     A tuple, not a list: a tuple of bytes leaves the garbage collector's tracking at its first
     collection, and a post's payloads live until its ACK (a list per post_async() made the
@@ -69,6 +72,10 @@ def _payload_tuple(payloads: Sequence[Any], single: bool) -> Tuple[bytes, ...]:
             NUL bytes, so nothing is coerced).
         InvalidArgumentError: an empty payload.
     """
+    if type(payloads) is _PayloadColumn:
+        if payloads.first_empty >= 0:
+            raise InvalidArgumentError(f"payloads[{payloads.first_empty}] is empty: BlazingMQ messages need a payload")
+        return payloads
     if len(payloads) == 1 and type(payloads[0]) is bytes and payloads[0]:  # a single post's
         return (payloads[0],)
     if set(map(type, payloads)) <= {bytes}:  # the common case, checked at C speed
@@ -85,6 +92,13 @@ def _payload_tuple(payloads: Sequence[Any], single: bool) -> Tuple[bytes, ...]:
         name = "data" if single else f"payloads[{result.index(b'')}]"
         raise InvalidArgumentError(f"{name} is empty: BlazingMQ messages need a payload")
     return result
+
+
+def _nbytes(payloads: Sequence[bytes], first: int, count: int) -> int:
+    """Bytes of payloads ``first .. first + count - 1`` (a column counts them without a copy)."""
+    if type(payloads) is _PayloadColumn:
+        return payloads.nbytes_of(first, count)  # type: ignore[attr-defined, no-any-return]
+    return sum(map(len, payloads[first:first + count]))
 
 
 def _encode_properties(properties: Any, property_types: Any, count: int, new_style: bool) -> Any:
@@ -411,7 +425,7 @@ class PendingPuts:
         else:
             batch = Batch(queue, keys, payloads, properties, new_style, compression, deadline, on_ack, asynchronous,
                           trace, self._await_answer if count == 1 else None, on_done)
-        size = len(payloads[0]) if count == 1 else sum(map(len, payloads))
+        size = len(payloads[0]) if count == 1 else _nbytes(payloads, 0, count)
         if caller_guids and len(set(keys)) != count:
             raise InvalidArgumentError("the same GUID appears twice in one post")
         with self._lock:
@@ -579,7 +593,7 @@ class PendingPuts:
         first = batch.cursor  # _sole_batch checked: keys are the next ones in order
         batch.cursor = first + count
         batch.answers()[first:first + count] = acks
-        self._bytes -= sum(map(len, batch.payloads[first:first + count]))
+        self._bytes -= _nbytes(batch.payloads, first, count)
         batch.remaining -= count
         if batch.futures is not None or batch.on_ack is not None:
             settled.extend(zip(repeat(batch), range(first, first + count), acks))

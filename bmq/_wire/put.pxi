@@ -96,7 +96,8 @@ def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0
         queue_ids: one qId for all messages or one per message.
         guids: 16 bytes per message (a legacy 24-bit correlation id is
             ``b"\\0" + id.to_bytes(3, "big") + 12 * b"\\0"``).
-        payloads: the message payloads (non-empty).
+        payloads: the message payloads (non-empty): a sequence of bytes-like objects, or a
+            :class:`PayloadColumn` (copied straight from its buffer).
         properties: None, one area from :func:`encode_properties` shared by all messages,
             or one area/None per message.
         flags: PUT_ACK_REQUESTED or 0 (MESSAGE_PROPERTIES is set where an area is present).
@@ -120,8 +121,9 @@ def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0
     cdef Input guid_in
     cdef PutItem *items = NULL
     cdef PutItem *it
+    cdef PayloadColumn column = None
     cdef object pay_seq, qid_seq, prop_seq, style_seq, obj, area, packed
-    cdef PyObject **pay_items
+    cdef PyObject **pay_items = NULL
     cdef list keep = []
     cdef uint32_t shared_qid = 0
     cdef bint new_style
@@ -132,9 +134,13 @@ def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0
         raise ValueError(f"unknown compression type {compression}")
     if max_event_size < 64 or max_event_size > C_MAX_EVENT_LENGTH:
         raise ValueError(f"max_event_size {max_event_size} outside 64..{C_MAX_EVENT_LENGTH}")
-    pay_seq = PySequence_Fast(payloads, "payloads must be a sequence")
-    n = PySequence_Fast_GET_SIZE(pay_seq)
-    pay_items = PySequence_Fast_ITEMS(pay_seq)
+    if isinstance(payloads, PayloadColumn):
+        column = payloads
+        n = column._count
+    else:
+        pay_seq = PySequence_Fast(payloads, "payloads must be a sequence")
+        n = PySequence_Fast_GET_SIZE(pay_seq)
+        pay_items = PySequence_Fast_ITEMS(pay_seq)
     qid_seq = per_message(queue_ids, n, "queue ids")
     if qid_seq is None:
         shared_qid = <uint32_t>as_uint32_or_int32(queue_ids, "queue id")
@@ -157,10 +163,15 @@ def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0
             raise MemoryError()
         for i in range(n):
             it = items + i
-            payload = as_bytes(<object>pay_items[i])
-            if payload is not <object>pay_items[i]:
-                keep.append(payload)
-            if PyBytes_GET_SIZE(payload) == 0:
+            if column is not None:
+                it.body = column._value(i, &it.body_len)
+            else:
+                payload = as_bytes(<object>pay_items[i])
+                if payload is not <object>pay_items[i]:
+                    keep.append(payload)
+                it.body = <const unsigned char *>PyBytes_AS_STRING(payload)
+                it.body_len = PyBytes_GET_SIZE(payload)
+            if it.body_len == 0:
                 raise ValueError(f"message {i}: empty payload")
             area = properties if prop_seq is None else <object>PySequence_Fast_ITEMS(prop_seq)[i]
             if area is not None and prop_seq is not None:
@@ -176,8 +187,6 @@ def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0
             it.schema = 0
             it.props = NULL
             it.props_len = 0
-            it.body = <const unsigned char *>PyBytes_AS_STRING(payload)
-            it.body_len = PyBytes_GET_SIZE(payload)
             if area is not None:
                 props = <bytes>area
                 it.flags |= C_PUT_MESSAGE_PROPERTIES
@@ -189,7 +198,7 @@ def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0
             if plain_len > C_MAX_PAYLOAD_SIZE:
                 raise MessageTooLargeError(f"message {i}: {plain_len} bytes of appData > {C_MAX_PAYLOAD_SIZE}")
             if compression == C_COMPRESSION_ZLIB:
-                compress_item(it, payload, new_style, keep)
+                compress_item(it, new_style, keep)
             it.size = <uint32_t>(C_PUT_HEADER_SIZE + it.props_len + it.body_len
                                  + pad_len(it.props_len + it.body_len))
             if it.size + C_EVENT_HEADER_SIZE > max_event_size:
@@ -203,7 +212,7 @@ def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0
         in_release(&guid_in)
 
 
-cdef int compress_item(PutItem *it, bytes payload, bint new_style, list keep) except -1:
+cdef int compress_item(PutItem *it, bint new_style, list keep) except -1:
     """Switch ``it`` to CAT=ZLIB when that pays off (C++ rule: >= 1024 in, strictly smaller out)."""
     cdef bytes packed
     cdef bytes plain
@@ -211,7 +220,9 @@ cdef int compress_item(PutItem *it, bytes payload, bint new_style, list keep) ex
         # Old-style properties are compressed together with the payload.
         if it.props_len + it.body_len < C_COMPRESSION_THRESHOLD:
             return 0
-        plain = PyBytes_FromStringAndSize(<const char *>it.props, it.props_len) + payload
+        plain = new_bytes(it.props_len + it.body_len)
+        memcpy(PyBytes_AS_STRING(plain), it.props, it.props_len)
+        memcpy(PyBytes_AS_STRING(plain) + it.props_len, it.body, it.body_len)
         packed = zlib_compress(<const unsigned char *>PyBytes_AS_STRING(plain), len(plain))
         if len(packed) >= len(plain):
             return 0

@@ -141,7 +141,7 @@ class WriteLayout:
         """True when some column feeds message properties."""
         return self.map_type is not None or bool(self.struct_types) or bool(self.column_types)
 
-    def payloads(self, batch: Any) -> List[bytes]:
+    def payloads(self, batch: Any) -> Sequence[bytes]:
         """The payloads of an Arrow record batch, as bytes (a string's UTF-8 encoding)."""
         column = batch.column(DATA_COLUMN)
         if column.null_count:
@@ -172,7 +172,7 @@ class WriteLayout:
                     row[name] = (kind, value)
         return [row or None for row in rows]
 
-    def guid_keys(self, batch: Any) -> Optional[List[bytes]]:
+    def guid_keys(self, batch: Any) -> Optional[Sequence[bytes]]:
         """The per-row GUID keys from ``guid_column``, or None when GUIDs follow row positions.
 
         Raises:
@@ -190,16 +190,17 @@ class WriteLayout:
 _OFFSET_SIZES = {pa.binary(): 4, pa.string(): 4, pa.large_binary(): 8, pa.large_string(): 8}
 
 
-def _bytes_values(column: Any) -> List[bytes]:
+def _bytes_values(column: Any) -> Sequence[bytes]:
     """The values of a binary or string Arrow column without nulls, as bytes (a string's UTF-8
-    encoding), read straight from its offsets and data buffers: no Arrow scalar per value."""
+    encoding): a :class:`bmq._codec.PayloadColumn` over its offsets and data buffers (no Python
+    object per value, which ``post_many`` copies straight into its PUT events)."""
     offset_size = _OFFSET_SIZES.get(column.type)
     if offset_size is None:  # another layout (a view type): value by value
         return [value.encode() if isinstance(value, str) else value for value in column.to_pylist()]
     if not len(column):
         return []
     _, offsets, data = column.buffers()
-    return bmq._codec.binary_values(offsets, b"" if data is None else data, column.offset, len(column), offset_size)
+    return bmq._codec.PayloadColumn(offsets, b"" if data is None else data, column.offset, len(column), offset_size)
 
 
 def _add(row: Dict[str, Tuple[int, Any]], types: Sequence[Tuple[str, int]], get: Callable[[str], Any]) -> None:

@@ -148,7 +148,7 @@ class _PartitionPoster:
         except bmq.PostError as error:
             self._failed += error.acks
 
-    def _first_occurrences(self, keys: List[bytes]) -> Tuple[List[int], bytes]:
+    def _first_occurrences(self, keys: Sequence[bytes]) -> Tuple[List[int], bytes]:
         """The indexes of the rows whose key is new to this task, and their GUIDs."""
         rows: List[int] = []
         guids: List[bytes] = []

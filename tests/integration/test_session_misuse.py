@@ -2,13 +2,14 @@
 argument types, broker addresses, confirms across sessions (each section was once a bug)."""
 from __future__ import annotations
 
+import array
 import concurrent.futures as cf
 import threading
 
 import pytest
 
 import bmq
-from bmq import events
+from bmq import _codec, events
 from support import fresh_uri as fresh
 
 pytestmark = pytest.mark.timeout(60)
@@ -142,6 +143,19 @@ def test_bytearray_and_memoryview_payloads_are_sent(session, broker):
     queue = session.open_queue(uri, write=True)
     queue.post_many([bytearray(b"ba"), memoryview(b"mv"), b"b"])
     assert [m.app_data for m in broker.queue_messages(uri)] == [b"ba", b"mv", b"b"]
+
+
+def test_a_payload_column_is_posted_value_by_value(session, broker):
+    """post_many of a PayloadColumn (the Spark sink's Arrow buffers) sends each value as a message."""
+    uri = fresh()
+    queue = session.open_queue(uri, write=True)
+    ends = array.array("i", [0, 1, 4, 1028])
+    acks = queue.post_many(_codec.PayloadColumn(ends, b"a" + b"bcd" + b"e" * 1024, 0, 3))
+    assert len(acks) == 3 and session._puts._bytes == 0  # the column's bytes counted in and out
+    assert [m.app_data for m in broker.queue_messages(uri)] == [b"a", b"bcd", b"e" * 1024]
+    with pytest.raises(bmq.InvalidArgumentError, match=r"payloads\[1\] is empty"):
+        queue.post_many(_codec.PayloadColumn(array.array("i", [0, 1, 1]), b"a", 0, 2))
+    assert len(broker.queue_messages(uri)) == 3
 
 
 # ---- 5. misuse errors are bmq errors ---------------------------------------------------

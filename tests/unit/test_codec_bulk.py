@@ -1,5 +1,6 @@
 """The codec's bulk helpers for producers posting columns (the Spark sink)."""
 import array
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -22,21 +23,77 @@ def test_derived_guids_are_a_function_of_key_and_position() -> None:
         codec.derived_guids(b"k", -1, 3)
 
 
-def test_binary_values_slice_the_buffers_of_a_column() -> None:
+def _column(values: list, kind: Any = pa.binary()) -> Any:
+    array_ = pa.array(values, kind)
+    _, offsets, data = array_.buffers()
+    return offsets, data
+
+
+def test_payload_column_reads_the_values_of_a_column_in_place() -> None:
     column = pa.array([b"ab", b"", b"xyz", b"q"], pa.binary()).slice(1)
     _, offsets, data = column.buffers()
-    assert codec.binary_values(offsets, data, column.offset, len(column)) == [b"", b"xyz", b"q"]
-    large = pa.array(["é", "long" * 100], pa.large_string())
-    _, offsets, data = large.buffers()
-    assert codec.binary_values(offsets, data, 0, 2, 8) == ["é".encode(), b"long" * 100]
+    values = codec.PayloadColumn(offsets, data, column.offset, len(column))
+    assert list(values) == [b"", b"xyz", b"q"]
+    assert len(values) == 3 and values[-1] == b"q" and values.nbytes == 4 and values.first_empty == 0
+    assert list(values[1:]) == [b"xyz", b"q"] and values[1:].first_empty == -1
+    assert values.nbytes_of(1, 2) == 4 and values.nbytes_of(0, 0) == 0
+    with pytest.raises(IndexError):
+        values[3]
+    with pytest.raises(IndexError):
+        values.nbytes_of(2, 2)
+    offsets, data = _column(["é", "long" * 100], pa.large_string())
+    assert list(codec.PayloadColumn(offsets, data, 0, 2, 8)) == ["é".encode(), b"long" * 100]
+    assert list(codec.PayloadColumn(array.array("i", [5]).tobytes(), b"", 0, 0)) == []
+
+
+def test_payload_column_copies_a_writable_buffer_so_a_posted_value_stays_as_posted() -> None:
+    data = bytearray(b"abcd")
+    values = codec.PayloadColumn(array.array("i", [0, 2, 4]).tobytes(), data, 0, 2)
+    data[:] = b"zzzz"
+    assert list(values) == [b"ab", b"cd"]
+
+
+def test_build_put_events_from_a_column_equals_building_from_bytes() -> None:
+    payloads = [b"x" * 1024, b"y", "é".encode() * 300, b"z" * 7]
+    offsets, data = _column(payloads)
+    guids = codec.derived_guids(b"k", 0, len(payloads))
+    old_style = codec.encode_properties({"a": (codec.PROPERTY_INT32, 1)}, new_style=False)
+    for compression in (codec.COMPRESSION_NONE, codec.COMPRESSION_ZLIB):
+        for properties, new_style in ((None, True), (old_style, False)):
+            kwargs = dict(flags=codec.PUT_ACK_REQUESTED, compression=compression, new_style_properties=new_style,
+                          max_event_size=1200)
+            expected = codec.build_put_events(7, guids, payloads, properties, **kwargs)
+            assert codec.build_put_events(7, guids, codec.PayloadColumn(offsets, data, 0, 4), properties,
+                                          **kwargs) == expected
+            # Uncompressed, the 1,024-byte and 600-byte payloads need events of their own.
+            assert len(expected) > 1 or compression == codec.COMPRESSION_ZLIB
+
+
+def test_build_put_events_refuses_an_empty_value_of_a_column() -> None:
+    offsets, data = _column([b"a", b""])
+    with pytest.raises(ValueError, match="message 1: empty payload"):
+        codec.build_put_events(1, bytes(32), codec.PayloadColumn(offsets, data, 0, 2))
 
 
 @pytest.mark.parametrize(
-    "ends, count, text",
-    [([0, 2, 9], 2, "outside"), ([0, 2, 1], 2, "outside"), ([0, 1], 2, "bytes of offsets")],
+    "ends, first, count, text",
+    [
+        ([0, 2, 9], 0, 2, "outside"),  # beyond the data
+        ([0, 2, 1], 0, 2, "outside"),  # not monotonic
+        ([-4, 2, 3], 0, 2, "outside"),  # negative
+        ([0, -1, 3], 0, 2, "outside"),
+        ([0, 1], 0, 2, "bytes of offsets"),  # too few offsets
+        ([0, 1, 2], 2, 1, "bytes of offsets"),
+        ([0, 1, 2], 1, 2**62, "bytes of offsets"),  # would overflow first + count + 1
+        ([0, 1], -1, 1, "negative"),
+        ([0, 1], 0, -1, "negative"),
+    ],
 )
-def test_binary_values_refuse_buffers_that_do_not_hold_the_values(ends: list, count: int, text: str) -> None:
+def test_payload_column_refuses_buffers_that_do_not_hold_the_values(ends: list, first: int, count: int,
+                                                                     text: str) -> None:
     with pytest.raises(ValueError, match=text):
-        codec.binary_values(array.array("i", ends).tobytes(), b"abcd", 0, count)
+        codec.PayloadColumn(array.array("i", ends).tobytes(), b"abcd", first, count)
+    with pytest.raises(ValueError, match="outside"):
+        codec.PayloadColumn(array.array("q", [0, 2**40]).tobytes(), b"abcd", 0, 1, 8)
     with pytest.raises(ValueError, match="offset_size"):
-        codec.binary_values(array.array("i", [0, 1]).tobytes(), b"a", 0, 1, 2)
+        codec.PayloadColumn(array.array("i", [0, 1]).tobytes(), b"a", 0, 1, 2)

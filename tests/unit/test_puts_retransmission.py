@@ -1,6 +1,8 @@
 """Retransmitted PUTs keep the property encoding they were posted with."""
 from __future__ import annotations
 
+import array
+
 from bmq import _codec
 from bmq._puts import Batch, PendingPuts
 
@@ -27,3 +29,12 @@ def test_each_message_is_resent_in_the_encoding_of_the_connection_that_posted_it
         area, payload = _codec.split_app_data(sent[guid][1], _codec.PUT_MESSAGE_PROPERTIES, 0, sent[guid][0])
         assert payload == b"payload"
         assert _codec.decode_properties(area, new_style) == PROPS
+
+
+def test_messages_posted_from_a_payload_column_are_resent_whole():
+    guids = _codec.derived_guids(b"k", 0, 2)
+    column = _codec.PayloadColumn(array.array("i", [0, 3, 1027]), b"abc" + b"d" * 1024, 0, 2)
+    batch = Batch(_Queue(), _codec.split_guids(guids), column, None, True, _codec.COMPRESSION_NONE, 0.0, None, True)
+    (event,) = PendingPuts._retransmission([(guids[16:], batch), (guids[:16], batch)], _codec.COMPRESSION_NONE)
+    assert [(guid, app) for _, _, guid, _, _, _, _, app in _codec.iter_put_messages(event)] == [
+        (guids[16:], b"d" * 1024), (guids[:16], b"abc")]
