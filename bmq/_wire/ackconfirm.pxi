@@ -102,7 +102,11 @@ def make_acks(type ack_type, tuple status_by_wire, list guids, list statuses, qu
     of a run of ACK records, made without a Python call per record.
 
     ``ack_type`` must be a tuple subclass with three fields and no ``__new__`` logic that
-    matters (a NamedTuple).
+    matters (a NamedTuple). The Acks are left out of the garbage collector's tracking, as
+    CPython does for a tuple of atomic values: what they hold (a status, bytes, a str) cannot
+    refer back to them. Tracked, a post_many's Acks, alive until it returns, reach the oldest
+    generation and set off full collections: a quarter of a posting process's CPU (post_many
+    of 1 KiB payloads: 1.54 -> 1.16 µs per message).
 
     Raises:
         ValueError: ``guids`` and ``statuses`` differ in length, or a status has no entry.
@@ -128,6 +132,7 @@ def make_acks(type ack_type, tuple status_by_wire, list guids, list statuses, qu
         PyTuple_SET_ITEM_RAW(ack, 1, <PyObject *>guid)
         Py_INCREF(queue_uri)
         PyTuple_SET_ITEM_RAW(ack, 2, <PyObject *>queue_uri)
+        PyObject_GC_UnTrack(ack)
         out.append(ack)
     return out
 

@@ -17,6 +17,7 @@ cdef extern from "Python.h":
     PyObject **PySequence_Fast_ITEMS(object seq)
     object PyMemoryView_FromMemory(char *mem, Py_ssize_t size, int flags)
     int PyBUF_READ
+    void PyObject_GC_UnTrack(object o)
 
 from bmq.exceptions import MessageTooLargeError, PropertyError, ProtocolError
 

@@ -2,6 +2,7 @@
 of §4.3 is understood, and malformed input ends in ProtocolError with a location."""
 from __future__ import annotations
 
+import gc
 import zlib
 
 import pytest
@@ -248,6 +249,9 @@ def test_make_acks_builds_the_named_tuples_and_refuses_bad_input():
     acks = codec.make_acks(Ack, ACK_STATUS_FROM_WIRE, guids, [0, 1], "bmq://d/q")
     assert acks == [Ack(AckStatus.SUCCESS, guids[0], "bmq://d/q"), Ack(AckStatus.LIMIT_MESSAGES, guids[1], "bmq://d/q")]
     assert all(type(ack) is Ack for ack in acks)
+    # Untracked by the collector (they hold nothing that could refer back): a post_many's
+    # thousands of Acks must not set off full collections.
+    assert not any(map(gc.is_tracked, acks))
     assert codec.make_acks(Ack, ACK_STATUS_FROM_WIRE, [], [], "u") == []
     with pytest.raises(ValueError):
         codec.make_acks(Ack, ACK_STATUS_FROM_WIRE, guids, [0], "u")
