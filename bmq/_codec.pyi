@@ -169,10 +169,13 @@ def build_put_events(
     compression: int = ...,
     new_style_properties: Union[bool, Sequence[bool]] = True,
     max_event_size: int = ...,
+    target_event_size: int = 0,
+    joined: bool = False,
     check_only: bool = False,
 ) -> list[bytes]:
     """PUT events for ``len(payloads)`` messages, packed back to back and split so that no
-    event exceeds ``max_event_size``.
+    event exceeds ``max_event_size`` (nor ``target_event_size``, unless one message does);
+    ``joined``: all of them back to back in one bytes object.
 
     ``queue_ids``: one qId for all messages or one per message. ``guids``: 16 bytes per
     message (a legacy 24-bit correlation id goes in as ``b"\\0" + id.to_bytes(3) + 12*b"\\0"``).

@@ -62,34 +62,60 @@ cdef void fill_put(PutItem *it, Py_ssize_t count, unsigned char *p) noexcept nog
         it += 1
 
 
+cdef Py_ssize_t event_span(PutItem *items, Py_ssize_t n, Py_ssize_t *i, Py_ssize_t max_event_size,
+                           Py_ssize_t target_size) noexcept:
+    """The length of the event that starts at ``items[i[0]]``; moves ``i[0]`` past its messages.
+    Its first message may take up to ``max_event_size``, the next ones up to ``target_size``."""
+    cdef Py_ssize_t total = C_EVENT_HEADER_SIZE, start = i[0]
+    while i[0] < n and total + items[i[0]].size <= (max_event_size if i[0] == start else target_size):
+        total += items[i[0]].size
+        i[0] += 1
+    return total
+
+
 cdef list pack_events(PutItem *items, Py_ssize_t n, Py_ssize_t max_event_size, int event_type,
-                      void (*fill)(PutItem *, Py_ssize_t, unsigned char *) noexcept nogil):
-    """Greedily pack ``items`` into events of at most ``max_event_size`` bytes."""
+                      void (*fill)(PutItem *, Py_ssize_t, unsigned char *) noexcept nogil,
+                      Py_ssize_t target_size=0, bint joined=False):
+    """Greedily pack ``items`` into events of at most ``max_event_size`` bytes, closing an event
+    before it passes ``target_size`` (0: no target) unless its one message is larger.
+    ``joined``: one bytes object holding the events back to back (a list of it)."""
     cdef list out = []
-    cdef Py_ssize_t i = 0, start, total
+    cdef Py_ssize_t i = 0, start, total, whole = 0
     cdef bytes event
     cdef unsigned char *p
+    cdef unsigned char *next_event = NULL
+    if target_size <= 0 or target_size > max_event_size:
+        target_size = max_event_size
+    if joined and n:
+        while i < n:
+            whole += event_span(items, n, &i, max_event_size, target_size)
+        event = new_bytes(whole)
+        next_event = <unsigned char *>PyBytes_AS_STRING(event)
+        out.append(event)
+        i = 0
     while i < n:
         start = i
-        total = C_EVENT_HEADER_SIZE
-        while i < n and total + items[i].size <= max_event_size:
-            total += items[i].size
-            i += 1
-        event = new_bytes(total)
-        p = <unsigned char *>PyBytes_AS_STRING(event)
+        total = event_span(items, n, &i, max_event_size, target_size)
+        if joined:
+            p = next_event
+            next_event += total
+        else:
+            event = new_bytes(total)
+            p = <unsigned char *>PyBytes_AS_STRING(event)
+            out.append(event)
         write_event_header(p, event_type, total, 0)
         if total >= NOGIL_THRESHOLD:
             with nogil:
                 fill(items + start, i - start, p + C_EVENT_HEADER_SIZE)
         else:
             fill(items + start, i - start, p + C_EVENT_HEADER_SIZE)
-        out.append(event)
     return out
 
 
 def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0,
                      int compression=C_COMPRESSION_NONE, new_style_properties=True,
-                     Py_ssize_t max_event_size=C_MAX_PUT_EVENT_SIZE, bint check_only=False):
+                     Py_ssize_t max_event_size=C_MAX_PUT_EVENT_SIZE, Py_ssize_t target_event_size=0,
+                     bint joined=False, bint check_only=False):
     """PUT events for ``len(payloads)`` messages, split below ``max_event_size`` (§2).
 
     Args:
@@ -106,6 +132,10 @@ def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0
         new_style_properties: whether the areas use the EX encoding (SchemaId 1) or the old
             one (SchemaId 0); one bool for all or one per message.
         max_event_size: upper bound of each event's length.
+        target_event_size: close an event before it passes this many bytes, unless its one
+            message is larger (0: only ``max_event_size`` bounds them).
+        joined: return the events back to back in one bytes object (a list of it): what a
+            socket takes, without joining them afterwards.
         check_only: make every check, build nothing (returns []): a session that keeps its
             posts while disconnected builds their events only once it can send them.
 
@@ -134,6 +164,8 @@ def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0
         raise ValueError(f"unknown compression type {compression}")
     if max_event_size < 64 or max_event_size > C_MAX_EVENT_LENGTH:
         raise ValueError(f"max_event_size {max_event_size} outside 64..{C_MAX_EVENT_LENGTH}")
+    if target_event_size < 0:
+        raise ValueError(f"negative target_event_size {target_event_size}")
     if isinstance(payloads, PayloadColumn):
         column = payloads
         n = column._count
@@ -206,7 +238,7 @@ def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0
                                            f"{max_event_size}-byte event")
         if check_only:
             return []
-        return pack_events(items, n, max_event_size, C_EVENT_PUT, fill_put)
+        return pack_events(items, n, max_event_size, C_EVENT_PUT, fill_put, target_event_size, joined)
     finally:
         free(items)
         in_release(&guid_in)

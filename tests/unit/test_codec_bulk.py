@@ -97,3 +97,18 @@ def test_payload_column_refuses_buffers_that_do_not_hold_the_values(ends: list, 
         codec.PayloadColumn(array.array("q", [0, 2**40]).tobytes(), b"abcd", 0, 1, 8)
     with pytest.raises(ValueError, match="offset_size"):
         codec.PayloadColumn(array.array("i", [0, 1]).tobytes(), b"a", 0, 1, 2)
+
+
+def test_put_events_close_at_the_target_size_and_can_come_joined() -> None:
+    payloads = [b"x" * 1000] * 5
+    guids = codec.derived_guids(b"k", 0, 5)
+    events = codec.build_put_events(1, guids, payloads, target_event_size=2200)
+    assert [len(event) for event in events] == [8 + 2 * 1040, 8 + 2 * 1040, 8 + 1040]
+    assert codec.build_put_events(1, guids, payloads, target_event_size=2200, joined=True) == [b"".join(events)]
+    # A message larger than the target goes alone, still bounded by max_event_size.
+    assert len(codec.build_put_events(1, guids, payloads, target_event_size=100)) == 5
+    assert codec.build_put_events(1, b"", [], joined=True) == []
+    messages = [app for event in events for *_, app in codec.iter_put_messages(event)]
+    assert messages == payloads
+    with pytest.raises(ValueError, match="negative target_event_size"):
+        codec.build_put_events(1, guids, payloads, target_event_size=-1)
