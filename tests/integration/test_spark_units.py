@@ -283,7 +283,7 @@ def test_write_layout_maps_payload_map_and_promoted_columns() -> None:
             "key": ["k1", "k2"],
         }
     )
-    assert layout.payloads(batch) == [b"a", b"b"]
+    assert list(layout.payloads(batch)) == [b"a", b"b"]
     assert layout.properties(batch) == [
         {"n": (_codec.PROPERTY_INT64, 1), "tag": (_codec.PROPERTY_STRING, "x")},
         None,
@@ -297,8 +297,8 @@ def test_payloads_come_from_the_arrow_buffers_of_a_sliced_column(kind: Any) -> N
     values = [b"first", b"\xc3\xa9t\xc3\xa9", b"x" * 3000, b"z"]
     column = pa.array(values if kind in (pa.binary(), pa.large_binary()) else [v.decode() for v in values], kind)
     batch = pa.RecordBatch.from_arrays([column, column], names=["data", "key"]).slice(1, 2)
-    assert layout.payloads(batch) == values[1:3]
-    assert layout.guid_keys(batch) == values[1:3]
+    assert list(layout.payloads(batch)) == values[1:3]
+    assert list(layout.guid_keys(batch)) == values[1:3]
 
 
 def test_a_null_payload_or_key_is_refused() -> None:
