@@ -128,10 +128,12 @@ class _PartitionPoster:
                 properties = None if properties is None else [properties[row] for row in kept]
             if not payloads:
                 return
-        if properties is None:
-            self._post(payloads, None, None, guids)
+        groups = None if properties is None else _by_type_overrides(properties)
+        if groups is None or len(groups) == 1:
+            # Every row in one call: the payloads stay a column (no bytes object per row).
+            self._post(payloads, groups[0][1] if groups else None, groups[0][2] if groups else None, guids)
         else:
-            for rows, values, types in _by_type_overrides(properties):
+            for rows, values, types in groups:
                 self._post([payloads[row] for row in rows], values, types,
                            b"".join(guids[16 * row : 16 * row + 16] for row in rows))
         self.posted += len(payloads)

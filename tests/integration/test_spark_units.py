@@ -402,6 +402,15 @@ def test_guids_are_a_function_of_scope_partition_and_row_index() -> None:
     assert _post(rows[:5], b"write-1", 0, FakeProducerQueue()) == first[: 5 * 16]
 
 
+def test_a_batch_is_posted_as_one_column_of_the_arrow_buffers() -> None:
+    """No key column and one property layout: post_many gets the batch's own buffers (a
+    PayloadColumn), not a bytes object per row."""
+    queue = FakeProducerQueue()
+    _post(["a", "bb", "ccc", "d"], b"w", 0, queue)
+    assert [type(payloads) for payloads, _, _ in queue.posts] == [_codec.PayloadColumn] * 2
+    assert [list(payloads) for payloads, _, _ in queue.posts] == [[b"a", b"bb", b"ccc"], [b"d"]]
+
+
 def test_guid_column_keys_guids_independently_of_position() -> None:
     forward = _post(["a", "b", "c"], b"w", 0, FakeProducerQueue(), guid_column="key")
     backward = _post(["c", "b", "a"], b"w", 7, FakeProducerQueue(), guid_column="key")
