@@ -147,7 +147,7 @@ cdef class PayloadColumn:
         Raises:
             IndexError: not values of this column.
         """
-        if first < 0 or count < 0 or first + count > self._count:
+        if first < 0 or count < 0 or first > self._count or count > self._count - first:
             raise IndexError(f"values {first}..{first + count - 1} of {self._count}")
         return self._end(first + count) - self._end(first)
 

@@ -39,8 +39,9 @@ def test_payload_column_reads_the_values_of_a_column_in_place() -> None:
     assert values.nbytes_of(1, 2) == 4 and values.nbytes_of(0, 0) == 0
     with pytest.raises(IndexError):
         values[3]
-    with pytest.raises(IndexError):
-        values.nbytes_of(2, 2)
+    for first, count in ((2, 2), (-1, 1), (1, -1), (2**62, 2**62)):
+        with pytest.raises(IndexError):
+            values.nbytes_of(first, count)
     offsets, data = _column(["é", "long" * 100], pa.large_string())
     assert list(codec.PayloadColumn(offsets, data, 0, 2, 8)) == ["é".encode(), b"long" * 100]
     assert list(codec.PayloadColumn(array.array("i", [5]).tobytes(), b"", 0, 0)) == []
