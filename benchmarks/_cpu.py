@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterator, Optional, Set, Tuple
 
 # Roles by a process's command line, first match wins (the JVM's names pyspark's jars).
 _ROLES = (
@@ -17,6 +17,7 @@ _ROLES = (
     ("bmq.broker", "broker"),
     ("/bin/java", "jvm"),
     ("python_streaming_source_runner", "driver_source"),
+    ("multiprocessing.spawn", "posting_processes"),
     ("pyspark.daemon pyspark.worker", "executors"),
     ("pyspark", "python_planning"),
 )
@@ -44,6 +45,23 @@ def _role(cmdline: str) -> str:
     return next((role for needle, role in _ROLES if needle in cmdline), "other")
 
 
+def cpus_allowed(pid: int) -> Set[str]:
+    """The distinct ``Cpus_allowed_list`` values (``"0"``, ``"0-1"``) of every thread of
+    process ``pid``: what the scheduler lets each one run on (empty if it ended)."""
+    found: Set[str] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status", encoding="ascii") as f:
+                found.update(line.split(":", 1)[1].strip() for line in f if line.startswith("Cpus_allowed_list"))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return found
+
+
 class ChildCpu:
     """Samples the CPU seconds of this process's descendants, by role, between ``with`` and its end.
 
@@ -51,7 +69,11 @@ class ChildCpu:
     block: ``jvm`` (Spark's driver and executor threads, one process in local mode),
     ``driver_source`` (the Python process running a streaming source's driver side),
     ``executors`` (the Python workers running tasks), ``python_planning`` (Spark's other Python
-    workers), ``broker`` and ``other``.
+    workers), ``posting_processes`` (the benchmark's own ``multiprocessing`` children), ``broker``
+    and ``other``. ``affinity`` maps a role to the ``Cpus_allowed_list``
+    values its threads had, read when each process is first seen and again at the block's end
+    (for the threads started since): the proof of where ``--broker-cpus`` / ``--spark-cpus``
+    let each role run.
     """
 
     def __init__(self, period: float = 0.2) -> None:
@@ -61,6 +83,7 @@ class ChildCpu:
         self._start: Dict[int, float] = {}
         self._last: Dict[int, Tuple[float, str]] = {}
         self.seconds: Dict[str, float] = {}
+        self.affinity: Dict[str, Set[str]] = {}
 
     def _sample(self) -> Dict[int, Tuple[float, str]]:
         table = list(_processes())
@@ -75,8 +98,14 @@ class ChildCpu:
                 todo.append(pid)
         return found
 
-    def _update(self) -> None:
+    def _note_affinity(self, pid: int, cmdline: str) -> None:
+        if cmdline:
+            self.affinity.setdefault(_role(cmdline), set()).update(cpus_allowed(pid))
+
+    def _update(self, final: bool = False) -> None:
         for pid, (cpu, cmdline) in self._sample().items():
+            if final or pid not in self._last:
+                self._note_affinity(pid, cmdline)
             # An ended process (a zombie until reaped) reads with an empty command line.
             self._last[pid] = (cpu, cmdline or self._last.get(pid, (0.0, ""))[1])
 
@@ -85,7 +114,10 @@ class ChildCpu:
             self._update()
 
     def __enter__(self) -> "ChildCpu":
-        self._start = {pid: cpu for pid, (cpu, _) in self._sample().items()}
+        sample = self._sample()
+        self._start = {pid: cpu for pid, (cpu, _) in sample.items()}
+        for pid, (_, cmdline) in sample.items():
+            self._note_affinity(pid, cmdline)
         self._thread = threading.Thread(target=self._run, name="child-cpu", daemon=True)
         self._thread.start()
         return self
@@ -94,7 +126,7 @@ class ChildCpu:
         self._stop.set()
         assert self._thread is not None
         self._thread.join()
-        self._update()
+        self._update(final=True)
         seconds: Dict[str, float] = {}
         for pid, (cpu, cmdline) in self._last.items():
             role = _role(cmdline)

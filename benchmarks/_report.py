@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 
 def make_parser(description: str) -> argparse.ArgumentParser:
@@ -123,19 +123,31 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def pinned_to(cpus: Optional[AbstractSet[int]]) -> Optional[Callable[[], None]]:
+    """A ``preexec_fn`` for :class:`subprocess.Popen` that confines the child, and so every
+    process and thread it starts (they inherit the mask), to the CPUs ``cpus``; None for no
+    confinement. Set in the child before it runs anything, so no thread of it escapes."""
+    if cpus is None:
+        return None
+    chosen = frozenset(cpus)
+    return lambda: os.sched_setaffinity(0, chosen)
+
+
 class BrokerProcess:
     """The embedded broker in a child process (``python -m bmq.broker --port 0``), importing
-    the same bmq as this script; ``address``, ``port`` and ``cpu_seconds()`` for the figures."""
+    the same bmq as this script; ``address``, ``port`` and ``cpu_seconds()`` for the figures.
+    ``cpus``: the CPUs it may run on (see :func:`pinned_to`; default: this process's)."""
 
     name = "embedded broker (own process)"
 
-    def __init__(self, extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, extra_args: Sequence[str] = (), cpus: Optional[AbstractSet[int]] = None) -> None:
         import bmq
 
         root = str(Path(bmq.__file__).resolve().parents[1])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
         self.proc = subprocess.Popen([sys.executable, "-m", "bmq.broker", "--port", "0", *extra_args], cwd=root,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                                     preexec_fn=pinned_to(cpus))
         banner = self.proc.stdout.readline()  # type: ignore[union-attr]
         if "tcp://" not in banner:
             self.stop()
@@ -187,18 +199,20 @@ def measure(broker: BrokerProcess, run: Callable[[], Optional[Dict[str, float]]]
 
 
 class RealBrokerProcess(BrokerProcess):
-    """The real bmqbrkr from ``../shared/bmqbrkr`` (or ``home``) on a free port, fresh directory."""
+    """The real bmqbrkr from ``../shared/bmqbrkr`` (or ``home``) on a free port, fresh directory;
+    ``cpus``: the CPUs it may run on (see :func:`pinned_to`; default: this process's)."""
 
     name = "bmqbrkr"
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, cpus: Optional[AbstractSet[int]] = None) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         self.address = f"tcp://127.0.0.1:{self.port}"
         self._dir = tempfile.mkdtemp(prefix="bmqbrkr-bench-")
         self.proc = subprocess.Popen([str(home / "run"), "--port", str(self.port), "--dir", self._dir],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+                                     preexec_fn=pinned_to(cpus))
         deadline = time.monotonic() + 30
         while True:
             try:

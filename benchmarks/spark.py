@@ -66,16 +66,26 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import AbstractSet, Any, Dict, List, Optional, Set, Tuple
 
 import bmq
-from bmq.broker import broker_address
 from bmq.spark._options import StreamOptions
-from _cpu import ChildCpu
-from _report import RealBrokerProcess, default_bmqbrkr_home, drain_in_batches, fill_queue
+from _cpu import ChildCpu, cpus_allowed
+from _report import (BrokerProcess, ExternalBroker, RealBrokerProcess, default_bmqbrkr_home, drain_in_batches,
+                     fill_queue)
 
 # Child processes import the same (installed) bmq as this script.
 ROOT = Path(bmq.__file__).resolve().parents[1]
+
+
+# The Cpus_allowed_list values seen, by role, over every measured run (see ChildCpu.affinity):
+# printed at the end as the proof of where --spark-cpus / --broker-cpus let each process run.
+_CPUS_ALLOWED: Dict[str, Set[str]] = {}
+
+
+def _note(cpu: ChildCpu) -> None:
+    for role, lists in cpu.affinity.items():
+        _CPUS_ALLOWED.setdefault(role, set()).update(lists)
 
 
 def _queue(name: str) -> str:
@@ -119,8 +129,8 @@ def consume_batches_rate(broker: str, rows: int, payload: int) -> float:
         return rows / (time.perf_counter() - start)
 
 
-def spark_session() -> Any:
-    """A ``local[2]`` SparkSession whose Python workers import this script's bmq."""
+def spark_session(threads: int = 2) -> Any:
+    """A ``local[threads]`` SparkSession whose Python workers import this script's bmq."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -128,7 +138,7 @@ def spark_session() -> Any:
 
     from bmq.spark import BlazingMQDataSource
 
-    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    spark = SparkSession.builder.master(f"local[{threads}]").config("spark.ui.enabled", "false").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(BlazingMQDataSource)
     return spark
@@ -181,6 +191,7 @@ def _drain(writer: Any, rows: int) -> Dict[str, float]:
             query.stop()
             raise RuntimeError("the streaming read did not finish within 30 minutes")
         ended = time.time()
+    _note(cpu)
     if query.exception() is not None:
         raise RuntimeError(f"the streaming read failed: {query.exception()}")
     batches = [progress for progress in query.recentProgress if progress["numInputRows"]]
@@ -316,7 +327,9 @@ def _post_share(broker: str, uri: str, rows: int, payload: int, ready: Any, go: 
 def post_many_processes_rate(broker: str, rows: int, payload: int, processes: int) -> Dict[str, float]:
     """The broker's ingest of ``rows`` messages posted by ``processes`` processes at once (each
     its own session, ``post_many`` of 10,000 at a time, every ACK awaited): ``rows_per_s`` from
-    the start signal to the last process's end, and ``cpu_us_per_row`` of the posting processes."""
+    the start signal to the last process's end, ``cpu_us_per_row`` of the posting processes,
+    ``broker_cpu_us_per_row`` (0 for a broker this script did not start) and their sum
+    ``total_cpu_us_per_row``."""
     context = multiprocessing.get_context("spawn")
     ready, results, go = context.Queue(), context.Queue(), context.Event()
     uri = _queue("post-many-n")
@@ -328,25 +341,35 @@ def post_many_processes_rate(broker: str, rows: int, payload: int, processes: in
     try:
         for _ in children:
             ready.get(timeout=60)
-        start = time.perf_counter()
-        go.set()
-        cpu = sum(results.get(timeout=600) for _ in children)
-        elapsed = time.perf_counter() - start
+        with ChildCpu() as everyone:
+            start = time.perf_counter()
+            go.set()
+            cpu = sum(results.get(timeout=600) for _ in children)
+            elapsed = time.perf_counter() - start
     finally:
         for child in children:
             child.join(60)
-    return {"rows_per_s": rows / elapsed, "cpu_us_per_row": cpu / rows * 1e6}
+    _note(everyone)
+    return {"rows_per_s": rows / elapsed, "cpu_us_per_row": cpu / rows * 1e6,
+            "broker_cpu_us_per_row": everyone.seconds.get("broker", 0.0) / rows * 1e6,
+            "total_cpu_us_per_row": (cpu + everyone.seconds.get("broker", 0.0)) / rows * 1e6}
 
 
 def _timed(rows: int, run: Any) -> Dict[str, float]:
-    """``run()``'s rows/s, and the CPU per row of Spark's Python workers and of its JVM."""
+    """``run()``'s rows/s, and the CPU per row of Spark's Python workers, of its JVM, of the
+    broker (if this script started it) and of all of these and this process together."""
+    own = time.process_time()
     with ChildCpu() as cpu:
         start = time.perf_counter()
         run()
         elapsed = time.perf_counter() - start
+    own = time.process_time() - own
+    _note(cpu)
     python = cpu.seconds.get("executors", 0.0) + cpu.seconds.get("python_planning", 0.0)
     return {"rows_per_s": rows / elapsed, "executor_cpu_us_per_row": python / rows * 1e6,
-            "jvm_cpu_us_per_row": cpu.seconds.get("jvm", 0.0) / rows * 1e6}
+            "jvm_cpu_us_per_row": cpu.seconds.get("jvm", 0.0) / rows * 1e6,
+            "broker_cpu_us_per_row": cpu.seconds.get("broker", 0.0) / rows * 1e6,
+            "total_cpu_us_per_row": (sum(cpu.seconds.values()) + own) / rows * 1e6}
 
 
 def _register_write_floors(spark: Any) -> None:
@@ -474,11 +497,19 @@ def _purge(broker: str) -> None:
 
 
 def write_results(spark: Any, broker: str, rows: int, payload: int, partitions: List[int],
-                  repeat: int) -> Dict[str, Any]:
+                  repeat: int, shared_cores: Optional[int] = None) -> Dict[str, Any]:
     """Every write pattern (see the module's docstring) for each partition count, ``repeat``
     rounds of all of them one after the other (so that each round's ratios compare figures taken
     under the same load from the machine's other jobs): the median of each figure, and each
-    Spark write's median ratio with its range over the rounds."""
+    Spark write's median ratio with its range over the rounds.
+
+    ``shared_cores``: when Spark and the broker share these cores (the co-located default), also
+    the combined bound of each write: a Spark write to the broker does the work of both ceilings
+    (Spark's floor with its source, and the broker's ingest) on the same cores, so it cannot pass
+    ``1 / (1/floor + 1/ingest)`` rows/s. That model holds if each ceiling kept every core busy,
+    which ``_cpu_bound_rows_per_s`` (the cores divided by the two ceilings' CPU per row added,
+    ``_ceilings_total_cpu_us_per_row``) checks: the two bounds agree then, and the write's own
+    ``_total_cpu_us_per_row`` says how much more than the sum it spends."""
     _register_write_floors(spark)
     # Warm-up: Python workers and their imports, both sinks, both kinds of write.
     for sink in ("bmq-bench-write", "blazingmq"):
@@ -489,8 +520,7 @@ def write_results(spark: Any, broker: str, rows: int, payload: int, partitions: 
         rounds: Dict[str, List[float]] = {}
         for _ in range(repeat):
             ingest = post_many_processes_rate(broker, rows, payload, count)
-            figures = {f"post_many_{count}p_rows_per_s": ingest["rows_per_s"],
-                       f"post_many_{count}p_cpu_us_per_row": ingest["cpu_us_per_row"]}
+            figures = {f"post_many_{count}p_{figure}": value for figure, value in ingest.items()}
             for kind, measure in (("spark", spark_write_rate), ("spark_stream", spark_stream_write_rate)):
                 floor = measure(spark, broker, rows, payload, count, "bmq-bench-write")
                 write = measure(spark, broker, rows, payload, count, "blazingmq")
@@ -499,17 +529,43 @@ def write_results(spark: Any, broker: str, rows: int, payload: int, partitions: 
                         figures[f"{kind}_{name}_{count}p_{figure}"] = value
                 figures[f"{kind}_write_{count}p_ratio_vs_ceiling"] = (
                     write["rows_per_s"] / min(floor["rows_per_s"], ingest["rows_per_s"]))
+                if shared_cores:
+                    both = 1 / (1 / floor["rows_per_s"] + 1 / ingest["rows_per_s"])
+                    cpu = floor["total_cpu_us_per_row"] + ingest["total_cpu_us_per_row"]
+                    figures[f"{kind}_write_{count}p_combined_bound_rows_per_s"] = both
+                    figures[f"{kind}_write_{count}p_ratio_vs_combined_bound"] = write["rows_per_s"] / both
+                    figures[f"{kind}_{count}p_ceilings_total_cpu_us_per_row"] = cpu
+                    figures[f"{kind}_write_{count}p_cpu_bound_rows_per_s"] = shared_cores * 1e6 / cpu
             for key, value in figures.items():
                 rounds.setdefault(key, []).append(value)
             _purge(broker)
         for key, values in rounds.items():
             middle = statistics.median(values)
-            if key.endswith("ratio_vs_ceiling"):
+            if "_ratio_vs_" in key:
                 results[key] = round(middle, 3)
                 results[f"{key}_range"] = f"{min(values):.3f}-{max(values):.3f}"
             else:
                 results[key] = round(middle) if key.endswith("rows_per_s") else round(middle, 2)
     return results
+
+
+def _cpu_set(text: Optional[str]) -> Optional[Set[int]]:
+    """``"0"``, ``"1,3"`` or ``"0-1"`` as a set of CPU numbers; None stays None."""
+    if text is None:
+        return None
+    cpus: Set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def _pin_this_process(cpus: AbstractSet[int]) -> None:
+    """Confine every thread of this process to ``cpus``: Spark's JVM, the Python workers it
+    forks and the benchmark's posting processes are all started from here afterwards and
+    inherit the mask, so no process of the Spark side escapes it."""
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), cpus)
 
 
 def main() -> None:
@@ -529,24 +585,44 @@ def main() -> None:
     where.add_argument("--bmqbrkr", action="store_true", help="start the real bmqbrkr from ../shared/bmqbrkr")
     parser.add_argument("--bmqbrkr-home", type=Path, default=None,
                         help="directory of the bmqbrkr 'run' script (default: ../shared/bmqbrkr)")
+    parser.add_argument("--broker-cpus", help="CPUs (e.g. 1 or 2-3) for the broker this script starts, "
+                                              "and nothing else; needs --spark-cpus")
+    parser.add_argument("--spark-cpus", help="CPUs (e.g. 0) for everything else: this process, Spark's JVM "
+                                             "and Python workers, bmq's own clients and posting processes")
+    parser.add_argument("--spark-threads", type=int, default=2,
+                        help="N of Spark's local[N] (default 2, the partitions of the reads and writes)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     args = parser.parse_args()
+    broker_cpus, spark_cpus = _cpu_set(args.broker_cpus), _cpu_set(args.spark_cpus)
+    if (broker_cpus is None) != (spark_cpus is None):
+        parser.error("--broker-cpus and --spark-cpus go together")
+    if broker_cpus is not None and (args.broker or broker_cpus & spark_cpus):
+        parser.error("--broker-cpus needs a broker this script starts, on CPUs apart from --spark-cpus")
 
     with contextlib.ExitStack() as stack:
-        if args.bmqbrkr:
-            real = RealBrokerProcess(args.bmqbrkr_home or default_bmqbrkr_home())
-            stack.callback(real.stop)
-            broker, where = real.address, "bmqbrkr"
+        if args.broker:
+            process: BrokerProcess = ExternalBroker(args.broker)
+        elif args.bmqbrkr:
+            process = RealBrokerProcess(args.bmqbrkr_home or default_bmqbrkr_home(), cpus=broker_cpus)
         else:
-            broker = stack.enter_context(broker_address(args.broker, separate_process=True))
-            where = args.broker or "embedded (own process)"
+            process = BrokerProcess(cpus=broker_cpus)
+        stack.callback(process.stop)
+        broker = process.address
+        if spark_cpus is not None:
+            _pin_this_process(spark_cpus)
+        # Co-located (the default, with a broker of ours): the cores Spark and the broker share.
+        shared = None if args.broker or broker_cpus is not None else len(os.sched_getaffinity(0))
+        setup = {"broker": process.name if not args.broker else args.broker,
+                 "broker_cpus": args.broker_cpus or "shared", "spark_cpus": args.spark_cpus or "shared",
+                 "spark_master": f"local[{args.spark_threads}]", "cpu_count": os.cpu_count(),
+                 "python": platform.python_version()}
         partitions = [int(count) for count in args.partitions.split(",")]
         if args.write_only:
-            spark = spark_session()
+            spark = spark_session(args.spark_threads)
             stack.callback(spark.stop)
             results = {"rows": args.rows, "payload_bytes": args.payload,
-                       **write_results(spark, broker, args.rows, args.payload, partitions, args.repeat),
-                       "broker": where, "cpu_count": os.cpu_count(), "python": platform.python_version()}
+                       **write_results(spark, broker, args.rows, args.payload, partitions, args.repeat, shared),
+                       **setup, **_affinity()}
             _print(results, args.json)
             return
         results: Dict[str, Any] = {"rows": args.rows, "stream_rows": args.stream_rows, "payload_bytes": args.payload}
@@ -554,10 +630,10 @@ def main() -> None:
             results["post_many_rows_per_s"] = round(post_many_rate(broker, args.rows, args.payload))
         results["consume_rows_per_s"] = round(consume_rate(broker, args.stream_rows, args.payload))
         results["consume_batches_rows_per_s"] = round(consume_batches_rate(broker, args.stream_rows, args.payload))
-        spark = spark_session()
+        spark = spark_session(args.spark_threads)
         stack.callback(spark.stop)
         if not args.stream_only:
-            results.update(write_results(spark, broker, args.rows, args.payload, partitions, args.repeat))
+            results.update(write_results(spark, broker, args.rows, args.payload, partitions, args.repeat, shared))
         # Warm-up: Python workers, and the JVM's JIT (a stream runs for hours: its steady state
         # is what matters, and the JVM's per-row cost halves once the row conversion is compiled).
         spark_stream_rate(spark, broker, args.warmup_rows, args.payload, "noop")
@@ -581,9 +657,15 @@ def main() -> None:
             # A stream of one micro-batch has no steady part (None then).
             results[f"{key}_steady_ratio_vs_spark_floor"] = round(
                 rates["steady_rows_per_s"] / floor["steady_rows_per_s"], 3) if floor["steady_rows_per_s"] else None
-        results.update({"spark_executors": 2, "broker": where, "cpu_count": os.cpu_count(),
-                        "python": platform.python_version()})
+        results.update({**setup, **_affinity()})
     _print(results, args.json)
+
+
+def _affinity() -> Dict[str, str]:
+    """``cpus_allowed_<role>``: the ``Cpus_allowed_list`` values seen for each role's threads
+    over the measured runs, and this process's (``driver``)."""
+    seen = {**_CPUS_ALLOWED, "driver": cpus_allowed(os.getpid())}
+    return {f"cpus_allowed_{role}": " ".join(sorted(lists)) for role, lists in sorted(seen.items())}
 
 
 def _print(results: Dict[str, Any], json_path: Any) -> None:
