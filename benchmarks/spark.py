@@ -5,7 +5,7 @@ broker from ../shared/bmqbrkr), or else the embedded broker started as its own p
 it does not share the benchmark's interpreter lock with the clients:
 
 * ``post_many``: one process, one session, ``Queue.post_many`` in chunks, every ACK awaited;
-* the write patterns, from ``local[2]`` (2 executor threads; each task a Python worker with
+* the write patterns, from ``local[2]`` (2 executor threads, ``--spark-threads``; each task a Python worker with
   its own session), after warm-up writes that start the Python workers, for each ``--partitions`` count N (2 by default; see :func:`write_results`):
   ``post_many_Np``, the broker's ingest of the same rows from N processes, each its own session
   posting its share with ``post_many`` in chunks of 10,000 (an Arrow batch's rows), started
@@ -48,8 +48,22 @@ it does not share the benchmark's interpreter lock with the clients:
   the source's driver-side Python process, the executors' Python workers, the broker), sampled
   from ``/proc`` (see ``_cpu.py``).
 
+By default Spark and the broker share the machine's cores, and no ceiling above pays for the
+broker (the read floor has none; of the two write ceilings, the floor pays no broker and the
+ingest no Spark), so each write also prints its combined bound (see :func:`write_results`).
+``--broker-cpus 1 --spark-cpus 0`` puts the broker alone on its CPUs, as on a cluster where it
+runs on other hosts, and everything else on the others: this process (pinned before it starts
+anything), and so Spark's JVM, the Python workers it forks, bmq's own clients and the posting
+processes, which inherit the mask; every ceiling and every bmq figure of the run then has the
+same CPUs. ``cpus_allowed_<role>`` prints the ``Cpus_allowed_list`` of each role's threads as
+read during the runs. ``--spark-threads`` (N of ``local[N]``) stays 2 by default, pinned or not:
+the partitions of every read and write, so that only the broker's place changes between the two
+setups; more task threads than CPUs only help a task that waits (on the broker's ACKs), which
+the 2 posting processes of the ingest ceiling also do.
+
 Usage: ``python benchmarks/spark.py [--rows N] [--stream-rows N] [--payload BYTES] [--partitions 2,4]
-[--write-only | --stream-only] [--repeat N] [--bmqbrkr [--bmqbrkr-home DIR]] [--json FILE]``
+[--write-only | --stream-only] [--repeat N] [--bmqbrkr [--bmqbrkr-home DIR]]
+[--broker-cpus CPUS --spark-cpus CPUS] [--spark-threads N] [--json FILE]``
 """
 from __future__ import annotations
 
@@ -508,8 +522,10 @@ def write_results(spark: Any, broker: str, rows: int, payload: int, partitions: 
     (Spark's floor with its source, and the broker's ingest) on the same cores, so it cannot pass
     ``1 / (1/floor + 1/ingest)`` rows/s. That model holds if each ceiling kept every core busy,
     which ``_cpu_bound_rows_per_s`` (the cores divided by the two ceilings' CPU per row added,
-    ``_ceilings_total_cpu_us_per_row``) checks: the two bounds agree then, and the write's own
-    ``_total_cpu_us_per_row`` says how much more than the sum it spends."""
+    ``_ceilings_total_cpu_us_per_row``) checks: the two bounds agree then. Where they do not (a
+    ceiling waiting on round trips, or other jobs taking the cores), the time-based figure is a
+    model, not a bound, and ``_cpu_ratio_vs_ceilings`` (the ceilings' CPU per row added, over
+    the write's own) is the share of these cores' possible rate the write reaches."""
     _register_write_floors(spark)
     # Warm-up: Python workers and their imports, both sinks, both kinds of write.
     for sink in ("bmq-bench-write", "blazingmq"):
@@ -536,6 +552,7 @@ def write_results(spark: Any, broker: str, rows: int, payload: int, partitions: 
                     figures[f"{kind}_write_{count}p_ratio_vs_combined_bound"] = write["rows_per_s"] / both
                     figures[f"{kind}_{count}p_ceilings_total_cpu_us_per_row"] = cpu
                     figures[f"{kind}_write_{count}p_cpu_bound_rows_per_s"] = shared_cores * 1e6 / cpu
+                    figures[f"{kind}_write_{count}p_cpu_ratio_vs_ceilings"] = cpu / write["total_cpu_us_per_row"]
             for key, value in figures.items():
                 rounds.setdefault(key, []).append(value)
             _purge(broker)
