@@ -674,8 +674,18 @@ def main() -> None:
             # A stream of one micro-batch has no steady part (None then).
             results[f"{key}_steady_ratio_vs_spark_floor"] = round(
                 rates["steady_rows_per_s"] / floor["steady_rows_per_s"], 3) if floor["steady_rows_per_s"] else None
+            # What Spark's side spends per row (every role but the broker), floor over bmq: the
+            # ratio a run reaches when Spark's CPUs, not the broker's, are the limit (the broker
+            # on its own CPUs), steadier than rows/s while other jobs take the cores.
+            results[f"{key}_spark_cpu_ratio_vs_spark_floor"] = round(
+                _spark_side(floor["cpu_us_per_row"]) / _spark_side(rates["cpu_us_per_row"]), 3)
         results.update({**setup, **_affinity()})
     _print(results, args.json)
+
+
+def _spark_side(cpu_us_per_row: Dict[str, float]) -> float:
+    """The CPU per row of every role but the broker's."""
+    return sum(value for role, value in cpu_us_per_row.items() if role != "broker")
 
 
 def _affinity() -> Dict[str, str]:
