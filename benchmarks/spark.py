@@ -19,7 +19,9 @@ it does not share the benchmark's interpreter lock with the clients:
   times (medians printed). Each Spark write's ratio is to the lower of its floor and
   ``post_many_Np`` of the same round (median, and range over the rounds); ``*_executor_cpu_us_per_row`` is the CPU of the Python worker
   processes per row (against ``post_many_Np_cpu_us_per_row``, the posting processes' own),
-  ``*_jvm_cpu_us_per_row`` the JVM's;
+  ``*_jvm_cpu_us_per_row`` the JVM's, ``*_spark_cpu_ratio_vs_ceilings`` the CPU per row of
+  Spark's side of the ceilings (the floor, the posting processes) over the write's without the
+  broker (the ratio where Spark's CPUs are the limit);
 * ``consume``: bmq's own consumer draining a pre-filled queue (``messages()`` + ``confirm_many``);
 * ``consume_batches``: the same with ``get_batch()`` + ``MessageBatch.confirm()`` (what the
   streaming source itself uses), the fastest way bmq consumes;
@@ -545,6 +547,12 @@ def write_results(spark: Any, broker: str, rows: int, payload: int, partitions: 
                         figures[f"{kind}_{name}_{count}p_{figure}"] = value
                 figures[f"{kind}_write_{count}p_ratio_vs_ceiling"] = (
                     write["rows_per_s"] / min(floor["rows_per_s"], ingest["rows_per_s"]))
+                # Spark's side of the write (all but the broker) against the same side of the
+                # two ceilings (the floor's, and the posting processes'): the ratio when Spark's
+                # CPUs are the limit, steadier than rows/s while other jobs take the cores.
+                figures[f"{kind}_write_{count}p_spark_cpu_ratio_vs_ceilings"] = (
+                    (floor["total_cpu_us_per_row"] + ingest["cpu_us_per_row"])
+                    / (write["total_cpu_us_per_row"] - write["broker_cpu_us_per_row"]))
                 if shared_cores:
                     both = 1 / (1 / floor["rows_per_s"] + 1 / ingest["rows_per_s"])
                     cpu = floor["total_cpu_us_per_row"] + ingest["total_cpu_us_per_row"]
