@@ -9,6 +9,7 @@ import functools
 import json
 import os
 import platform
+import select
 import shutil
 import socket
 import subprocess
@@ -148,10 +149,12 @@ class BrokerProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "bmq.broker", "--port", "0", *extra_args], cwd=root,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
                                      preexec_fn=pinned_to(cpus))
-        banner = self.proc.stdout.readline()  # type: ignore[union-attr]
+        # Bounded: a broker stuck before its banner must not hang the benchmark.
+        started = select.select([self.proc.stdout], [], [], 60.0)[0]
+        banner = self.proc.stdout.readline() if started else ""  # type: ignore[union-attr]
         if "tcp://" not in banner:
             self.stop()
-            raise RuntimeError(f"broker did not start: {banner!r}")
+            raise RuntimeError(f"broker did not start within 60 s: {banner!r}")
         self.address = banner.split()[4]
         self.port = int(self.address.rsplit(":", 1)[1])
 
