@@ -150,8 +150,9 @@ class BrokerProcess:
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
                                      preexec_fn=pinned_to(cpus))
         # Bounded: a broker stuck before its banner must not hang the benchmark.
-        started = select.select([self.proc.stdout], [], [], 60.0)[0]
-        banner = self.proc.stdout.readline() if started else ""  # type: ignore[union-attr]
+        stdout = self.proc.stdout
+        assert stdout is not None
+        banner = stdout.readline() if select.select([stdout], [], [], 60.0)[0] else ""
         if "tcp://" not in banner:
             self.stop()
             raise RuntimeError(f"broker did not start within 60 s: {banner!r}")
@@ -301,16 +302,24 @@ def add_broker_options(parser: argparse.ArgumentParser, *, cluster: bool = False
                                 "proxy, on the persistent domain (replicated ACKs)")
 
 
-def broker_starter(args: argparse.Namespace) -> Tuple[str, Callable[[], BrokerProcess]]:
+def broker_starter(args: argparse.Namespace,
+                   cpus: Optional[AbstractSet[int]] = None) -> Tuple[str, Callable[[], BrokerProcess]]:
     """The broker chosen by the options of :func:`add_broker_options`: its name (an external
-    broker's address) and what starts a fresh one each time it is called."""
+    broker's address) and what starts a fresh one each time it is called, on ``cpus`` (see
+    :func:`pinned_to`; only for one broker this script starts).
+
+    Raises:
+        ValueError: ``cpus`` for an external broker or a cluster.
+    """
+    if cpus is not None and (args.broker or getattr(args, "cluster", None)):
+        raise ValueError("CPUs are chosen only for a single broker this script starts")
     if args.broker:
         return args.broker, functools.partial(ExternalBroker, args.broker)
     if getattr(args, "cluster", None):
         return ClusterProcess.name, functools.partial(ClusterProcess, Path(args.cluster))
     if args.bmqbrkr:
-        return RealBrokerProcess.name, functools.partial(RealBrokerProcess, Path(args.bmqbrkr))
-    return BrokerProcess.name, BrokerProcess
+        return RealBrokerProcess.name, functools.partial(RealBrokerProcess, Path(args.bmqbrkr), cpus=cpus)
+    return BrokerProcess.name, functools.partial(BrokerProcess, cpus=cpus)
 
 
 def fill_queue(address: str, uri: str, count: int, payload: bytes, chunk: int = 10_000, options: Any = None) -> None:

@@ -64,12 +64,11 @@ setups; more task threads than CPUs only help a task that waits (on the broker's
 the 2 posting processes of the ingest ceiling also do.
 
 Usage: ``python benchmarks/spark.py [--rows N] [--stream-rows N] [--payload BYTES] [--partitions 2,4]
-[--write-only | --stream-only] [--repeat N] [--bmqbrkr [--bmqbrkr-home DIR]]
+[--write-only | --stream-only] [--repeat N] [--broker ADDR | --bmqbrkr [HOME]]
 [--broker-cpus CPUS --spark-cpus CPUS] [--spark-threads N] [--json FILE]``
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 import json
@@ -87,8 +86,7 @@ from typing import AbstractSet, Any, Dict, List, Optional, Set, Tuple
 import bmq
 from bmq.spark._options import StreamOptions
 from _cpu import ChildCpu, cpus_allowed
-from _report import (BrokerProcess, ExternalBroker, RealBrokerProcess, default_bmqbrkr_home, drain_in_batches,
-                     fill_queue)
+from _report import add_broker_options, broker_starter, drain_in_batches, fill_queue, make_parser
 
 # Child processes import the same (installed) bmq as this script.
 ROOT = Path(bmq.__file__).resolve().parents[1]
@@ -594,7 +592,7 @@ def _pin_this_process(cpus: AbstractSet[int]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--payload", type=int, default=100, help="payload bytes per row")
     parser.add_argument("--stream-rows", type=int, default=1_000_000, help="messages for the streaming reads")
@@ -605,18 +603,13 @@ def main() -> None:
     only.add_argument("--stream-only", action="store_true",
                       help="run only the streaming reads, their floors and bmq's consumers")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of the write patterns (medians reported)")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--broker", help="tcp://host:port (default: an embedded broker)")
-    where.add_argument("--bmqbrkr", action="store_true", help="start the real bmqbrkr from ../shared/bmqbrkr")
-    parser.add_argument("--bmqbrkr-home", type=Path, default=None,
-                        help="directory of the bmqbrkr 'run' script (default: ../shared/bmqbrkr)")
+    add_broker_options(parser)
     parser.add_argument("--broker-cpus", help="CPUs (e.g. 1 or 2-3) for the broker this script starts, "
                                               "and nothing else; needs --spark-cpus")
     parser.add_argument("--spark-cpus", help="CPUs (e.g. 0) for everything else: this process, Spark's JVM "
                                              "and Python workers, bmq's own clients and posting processes")
     parser.add_argument("--spark-threads", type=int, default=2,
                         help="N of Spark's local[N] (default 2, the partitions of the reads and writes)")
-    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     args = parser.parse_args()
     broker_cpus, spark_cpus = _cpu_set(args.broker_cpus), _cpu_set(args.spark_cpus)
     if (broker_cpus is None) != (spark_cpus is None):
@@ -624,20 +617,16 @@ def main() -> None:
     if broker_cpus is not None and (args.broker or broker_cpus & spark_cpus):
         parser.error("--broker-cpus needs a broker this script starts, on CPUs apart from --spark-cpus")
 
+    where, start_broker = broker_starter(args, broker_cpus)
     with contextlib.ExitStack() as stack:
-        if args.broker:
-            process: BrokerProcess = ExternalBroker(args.broker)
-        elif args.bmqbrkr:
-            process = RealBrokerProcess(args.bmqbrkr_home or default_bmqbrkr_home(), cpus=broker_cpus)
-        else:
-            process = BrokerProcess(cpus=broker_cpus)
+        process = start_broker()
         stack.callback(process.stop)
         broker = process.address
         if spark_cpus is not None:
             _pin_this_process(spark_cpus)
         # Co-located (the default, with a broker of ours): the cores Spark and the broker share.
         shared = None if args.broker or broker_cpus is not None else len(os.sched_getaffinity(0))
-        setup = {"broker": process.name if not args.broker else args.broker,
+        setup = {"broker": where,
                  "broker_cpus": args.broker_cpus or "shared", "spark_cpus": args.spark_cpus or "shared",
                  "spark_master": f"local[{args.spark_threads}]", "cpu_count": os.cpu_count(),
                  "python": platform.python_version()}
