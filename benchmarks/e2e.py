@@ -43,6 +43,7 @@ pattern >= 2x the official SDK; blocking post p50 and p99 <= 0.5x.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import queue as stdqueue
 import ssl
@@ -114,12 +115,15 @@ def bmq_post(address: str, count: int) -> Dict[str, float]:
     return percentiles(latencies)
 
 
-def floor_post(address: str, count: int) -> Dict[str, float]:
+def floor_post(address: str, count: int, pause: float = 0.0) -> Dict[str, float]:
     """The physical limit of blocking posts: one thread writes a PUT and reads its ACK on a
     bare socket (opened by bmq's test client; then no threads, no pending table, no futures),
     polling the socket without ever sleeping (sleeping until the ACK comes took about twice
     as long: the thread's wake-up is a large part of a round trip on this machine). No client
-    can post one message at a time faster than the broker answers this."""
+    can post one message at a time faster than the broker answers this.
+
+    ``pause``: seconds of busy work between an ACK and the next PUT, as any caller has (see
+    :data:`FLOOR_PAUSE`); latencies are the round trips alone."""
     from bmq import _codec
     from bmq.broker._rawclient import RawClient  # the broker's test client, not bmq's API
 
@@ -150,9 +154,12 @@ def floor_post(address: str, count: int) -> Dict[str, float]:
                 for event in frames.feed(view[:size]):
                     if _codec.unpack_event_header(event)[1] == _codec.EVENT_ACK:
                         acks += _codec.iter_acks(event)
-            latencies.append(time.perf_counter() - t0)
+            done = time.perf_counter()
+            latencies.append(done - t0)
             if acks[0][0] != 0:
                 raise RuntimeError(f"bare socket post: ACK status {acks[0][0]}")
+            while time.perf_counter() - done < pause:
+                pass
         sock.setblocking(True)
     return percentiles(latencies)
 
@@ -374,6 +381,14 @@ PRODUCE = {
 }
 # Patterns with a physical limit measured in the same run (see floor_post).
 FLOOR = {"post": floor_post}
+#: The floor again, its thread busy this long between an ACK and the next PUT: the least a
+#: caller does between posts (bmq's own post takes about 20 us of Python there). Where an idle
+#: CPU halts at once (see _report.idle_regime), the broker's CPU halts in such a pause and its
+#: wake-up lengthens every round trip: on the 2-vCPU development VM, 5 us of pause took a bare
+#: TLS socket through stunnel from 80 to 111 us per round trip. This row shows how much of a
+#: client's distance to the floor is that, not the client's own work.
+FLOOR_PAUSE = 5e-6
+FLOOR_PAUSED = {"post": functools.partial(floor_post, pause=FLOOR_PAUSE)}
 CONSUME = {
     "consume_get_confirm": (bmq_consume_get_confirm, official_consume_get_confirm),
     "consume_on_message_confirm": (bmq_consume_on_message, official_consume_on_message),
@@ -424,7 +439,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                 if pattern in PRODUCE:
                     ours, theirs, size = PRODUCE[pattern]
                     count = getattr(args, size)
-                    for name, run in (("bmq", ours), ("official", theirs), ("floor", FLOOR.get(pattern))):
+                    for name, run in (("bmq", ours), ("official", theirs), ("floor", FLOOR.get(pattern)),
+                                      ("floor_paused", FLOOR_PAUSED.get(pattern))):
                         if run is None:
                             continue
                         runs.setdefault(name, []).append(
@@ -470,6 +486,12 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                              official["msgs_per_s"] if official else "-",
                              floor["msgs_per_s"] / official["msgs_per_s"] if official else "-",
                              floor["client_cpu_us_per_msg"], "", floor["broker_cpu_us_per_msg"]])
+                paused = figures["floor_paused"]
+                results[f"{pattern}_ratio_vs_paused_floor"] = figures["bmq"]["msgs_per_s"] / paused["msgs_per_s"]
+                rows.append([f"  {pattern} floor pausing {FLOOR_PAUSE * 1e6:g} us between posts", paused["msgs_per_s"],
+                             official["msgs_per_s"] if official else "-",
+                             paused["msgs_per_s"] / official["msgs_per_s"] if official else "-",
+                             paused["client_cpu_us_per_msg"], "", paused["broker_cpu_us_per_msg"]])
             for q in ("p50", "p90", "p99"):
                 if f"{q}_us" in figures["bmq"] and official:
                     ours_q, theirs_q = figures["bmq"][f"{q}_us"], official[f"{q}_us"]
@@ -535,7 +557,8 @@ def run_tls(args: Any, patterns: List[str]) -> Dict[str, Any]:
                         if pattern in PRODUCE:
                             ours, _, size = PRODUCE[pattern]
                             count = getattr(args, size)
-                            for name, run in ((label, ours), (f"floor_{label}", FLOOR.get(pattern))):
+                            for name, run in ((label, ours), (f"floor_{label}", FLOOR.get(pattern)),
+                                              (f"floor_paused_{label}", FLOOR_PAUSED.get(pattern))):
                                 if run is not None:
                                     runs.setdefault(name, []).append(
                                         measure(broker, lambda run=run, address=address: run(address, count), count))
@@ -563,6 +586,14 @@ def run_tls(args: Any, patterns: List[str]) -> Dict[str, Any]:
                                  floor_tls["msgs_per_s"], floor_tls["msgs_per_s"] / floor_plain["msgs_per_s"],
                                  floor_plain["client_cpu_us_per_msg"], floor_tls["client_cpu_us_per_msg"], ""])
                     rows.append([f"  {pattern} over TLS / its bare TLS socket floor", "", "", vs_floor, "", "", ""])
+                    paused_plain, paused_tls = figures["floor_paused_plain"], figures["floor_paused_tls"]
+                    vs_paused = figures["tls"]["msgs_per_s"] / paused_tls["msgs_per_s"]
+                    results[f"{pattern}_tls_ratio_vs_paused_tls_floor"] = vs_paused
+                    rows.append([f"  {pattern} floor pausing {FLOOR_PAUSE * 1e6:g} us between posts",
+                                 paused_plain["msgs_per_s"], paused_tls["msgs_per_s"],
+                                 paused_tls["msgs_per_s"] / paused_plain["msgs_per_s"],
+                                 paused_plain["client_cpu_us_per_msg"], paused_tls["client_cpu_us_per_msg"], ""])
+                    rows.append([f"  {pattern} over TLS / that paused TLS floor", "", "", vs_paused, "", "", ""])
                     for q in ("p50", "p99"):
                         rows.append([f"  {pattern} {q} latency (us)", figures["plain"][f"{q}_us"],
                                      figures["tls"][f"{q}_us"],
