@@ -12,6 +12,7 @@ import platform
 import select
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -221,6 +222,13 @@ def measure(broker: BrokerProcess, run: Callable[[], Optional[Dict[str, float]]]
     }
 
 
+def medians(runs: Mapping[str, Sequence[Mapping[str, float]]]) -> Dict[str, Dict[str, float]]:
+    """The median of every figure of each client's runs (``{client: [figures of one run, ...]}``,
+    every run of a client with the same keys), by client."""
+    return {name: {key: statistics.median(run[key] for run in done) for key in done[0]}
+            for name, done in runs.items()}
+
+
 class RealBrokerProcess(BrokerProcess):
     """The real bmqbrkr from ``../shared/bmqbrkr`` (or ``home``) on a free port, fresh directory;
     ``cpus``: the CPUs it may run on (see :func:`pinned_to`; default: this process's)."""
@@ -363,4 +371,17 @@ def drain_in_batches(session: Any, queue: Any, count: int, batch: int) -> None:
         if not messages:
             raise RuntimeError(f"consumer stalled at {received}/{count}")
         session.confirm_many(messages)
+        received += len(messages)
+
+
+def drain_batches(queue: Any, count: int, batch: int) -> None:
+    """Take ``count`` messages from ``queue`` (opened with ``batches=True``) with ``get_batch``
+    of at most ``batch`` messages, confirming each :class:`bmq.MessageBatch` whole (no Python
+    object per message: bmq's fastest way to consume)."""
+    received = 0
+    while received < count:
+        messages = queue.get_batch(batch, timeout=30.0)
+        if messages is None:
+            raise RuntimeError(f"batch consumer stalled at {received}/{count}")
+        messages.confirm()
         received += len(messages)

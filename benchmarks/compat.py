@@ -23,18 +23,20 @@ its own process.
 from __future__ import annotations
 
 import itertools
-import statistics
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
 import bmq.compat
-from _report import BrokerProcess, add_broker_options, broker_starter, emit, fill_queue, make_parser, measure
+from _report import (BrokerProcess, add_broker_options, broker_starter, emit, fill_queue, make_parser, measure,
+                     medians)
 
 try:
     import blazingmq
 except ImportError:  # pragma: no cover - the comparison needs it
-    blazingmq = None  # type: ignore[assignment]
+    HAVE_OFFICIAL = False
+else:
+    HAVE_OFFICIAL = True
 
 PAYLOAD = b"x" * 100
 CONSUME_WINDOW = 1000
@@ -106,7 +108,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument("--repeat", type=int, default=1, help="runs per client and pattern (median reported)")
     parser.add_argument("--patterns", default="post_on_ack,consume_on_message_confirm")
     args = parser.parse_args(argv)
-    if blazingmq is None:
+    if not HAVE_OFFICIAL:
         parser.error("the official blazingmq SDK is not installed (pip install blazingmq)")
     where_name, start_broker = broker_starter(args)
     clients = {"blazingmq": blazingmq, "bmq.compat": bmq.compat}
@@ -117,16 +119,15 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         for _ in range(args.repeat):
             for name, api in clients.items():  # alternating: a drift in the machine hits both
                 runs[name].append(run_once(start_broker, pattern, api, args.messages))
-        medians = {name: {key: statistics.median(run[key] for run in done) for key in done[0]}
-                   for name, done in runs.items()}
+        figures = medians(runs)
         ratios = [c["msgs_per_s"] / o["msgs_per_s"] for c, o in zip(runs["bmq.compat"], runs["blazingmq"])]
-        ratio = medians["bmq.compat"]["msgs_per_s"] / medians["blazingmq"]["msgs_per_s"]
-        for name, figures in medians.items():
-            for key, value in figures.items():
+        ratio = figures["bmq.compat"]["msgs_per_s"] / figures["blazingmq"]["msgs_per_s"]
+        for name, values in figures.items():
+            for key, value in values.items():
                 results[f"{pattern}.{name}.{key}"] = round(value, 3)
         results[f"{pattern}.ratio"] = round(ratio, 2)
         results[f"{pattern}.ratios_per_run"] = [round(r, 2) for r in ratios]
-        official, compat = medians["blazingmq"], medians["bmq.compat"]
+        official, compat = figures["blazingmq"], figures["bmq.compat"]
         rows.append([pattern, f"{official['msgs_per_s']:,.0f}", f"{compat['msgs_per_s']:,.0f}", f"{ratio:.2f}x",
                      f"{official['client_cpu_us_per_msg']:.1f} / {compat['client_cpu_us_per_msg']:.1f}",
                      f"{official['broker_cpu_us_per_msg']:.1f} / {compat['broker_cpu_us_per_msg']:.1f}",

@@ -51,16 +51,19 @@ import statistics
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import bmq
 from _report import (BrokerProcess, ClusterProcess, RealBrokerProcess, add_broker_options, broker_starter,
-                     drain_in_batches, emit, fill_queue, make_parser, measure)
+                     drain_batches, drain_in_batches, emit, fill_queue, make_parser, measure,
+                     medians)
 
 try:
     import blazingmq
 except ImportError:  # pragma: no cover - the comparison needs it
-    blazingmq = None
+    HAVE_OFFICIAL = False
+else:
+    HAVE_OFFICIAL = True
 
 PAYLOAD = b"x" * 100
 BATCH = 1000
@@ -129,7 +132,9 @@ def floor_post(address: str, count: int, pause: float = 0.0) -> Dict[str, float]
 
     latencies = []
     options = SESSION_OPTIONS.get(address)
-    with RawClient(int(address.rsplit(":", 1)[1]), tls=options.tls if options else None) as client:
+    # SessionOptions holds its TLS as a client context (it turns True into the default one).
+    tls = options.tls if options and isinstance(options.tls, ssl.SSLContext) else None
+    with RawClient(int(address.rsplit(":", 1)[1]), tls=tls) as client:
         uri = fresh_uri("floor-one")
         client.open(uri, 1, write=True)
         sock = client.sock
@@ -167,7 +172,7 @@ def floor_post(address: str, count: int, pause: float = 0.0) -> Dict[str, float]
 def bmq_post_threads(address: str, count: int) -> Dict[str, float]:
     with _session(address) as session:
         queue = session.open_queue(fresh_uri("bmq-threads"), write=True)
-        _in_threads(lambda n: [queue.post(PAYLOAD) for _ in range(n)], count)
+        _in_threads(lambda: queue.post(PAYLOAD), count)
     return {}
 
 
@@ -220,21 +225,18 @@ def bmq_consume_get_batch(address: str, uri: str, count: int) -> None:
     with _session(address) as session:
         queue = session.open_queue(uri, read=True, batches=True,
                                    options=bmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
-        received = 0
-        while received < count:
-            batch = queue.get_batch(CONSUME_WINDOW, timeout=30.0)
-            if batch is None:
-                raise RuntimeError(f"bmq batch consumer stalled at {received}/{count}")
-            batch.confirm()
-            received += len(batch)
+        drain_batches(queue, count, CONSUME_WINDOW)
 
 
-def _in_threads(work: Callable[[int], Any], count: int) -> None:
+def _in_threads(post: Callable[[], Any], count: int) -> None:
+    """``post()`` ``count`` times in all from :data:`THREADS` threads at once; the first error
+    of any thread is raised once all have ended."""
     errors: List[BaseException] = []
 
     def run(n: int) -> None:
         try:
-            work(n)
+            for _ in range(n):
+                post()
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -252,7 +254,7 @@ def official_session(address: str, on_message: Any = None) -> Any:
     return blazingmq.Session(lambda event: None, on_message=on_message, broker=address)
 
 
-def _official_writer(address: str, tag: str):
+def _official_writer(address: str, tag: str) -> Tuple[Any, str]:
     session = official_session(address)
     uri = fresh_uri(tag)
     session.open_queue(uri, write=True)
@@ -290,7 +292,12 @@ def official_post_many(address: str, count: int) -> Dict[str, float]:
 def _official_blocking_post(session: Any, uri: str) -> None:
     acked = threading.Event()
     result: List[Any] = []
-    session.post(uri, PAYLOAD, on_ack=lambda ack: (result.append(ack), acked.set()))
+
+    def on_ack(ack: Any) -> None:
+        result.append(ack)
+        acked.set()
+
+    session.post(uri, PAYLOAD, on_ack=on_ack)
     if not acked.wait(30):
         raise RuntimeError("official SDK: ACK missing")
     _check(result[0])
@@ -312,7 +319,7 @@ def official_post(address: str, count: int) -> Dict[str, float]:
 def official_post_threads(address: str, count: int) -> Dict[str, float]:
     session, uri = _official_writer(address, "official-threads")
     try:
-        _in_threads(lambda n: [_official_blocking_post(session, uri) for _ in range(n)], count)
+        _in_threads(lambda: _official_blocking_post(session, uri), count)
     finally:
         session.stop()
     return {}
@@ -373,14 +380,20 @@ def official_consume_on_message(address: str, uri: str, count: int) -> None:
 
 
 # ---- measuring --------------------------------------------------------------------------
-PRODUCE = {
+#: A posting pattern: (broker address, messages) -> its extra figures (latency percentiles).
+Producer = Callable[[str, int], Dict[str, float]]
+#: A consuming pattern: (broker address, URI of a filled queue, messages).
+Consumer = Callable[[str, str, int], None]
+
+#: Pattern -> (bmq's, the official SDK's, the option giving its message count).
+PRODUCE: Dict[str, Tuple[Producer, Producer, str]] = {
     "post_many": (bmq_post_many, official_post_many, "messages"),
     "post": (bmq_post, official_post, "posts"),
     "post_8_threads": (bmq_post_threads, official_post_threads, "posts"),
     "post_async_window": (bmq_post_async_window, official_post_async_window, "messages"),
 }
 # Patterns with a physical limit measured in the same run (see floor_post).
-FLOOR = {"post": floor_post}
+FLOOR: Dict[str, Producer] = {"post": floor_post}
 #: The floor again, its thread busy this long between an ACK and the next PUT: the least a
 #: caller does between posts (bmq's own post takes about 20 us of Python there). Where an idle
 #: CPU halts at once (see _report.idle_regime), the broker's CPU halts in such a pause and its
@@ -388,8 +401,9 @@ FLOOR = {"post": floor_post}
 #: TLS socket through stunnel from 80 to 111 us per round trip. This row shows how much of a
 #: client's distance to the floor is that, not the client's own work.
 FLOOR_PAUSE = 5e-6
-FLOOR_PAUSED = {"post": functools.partial(floor_post, pause=FLOOR_PAUSE)}
-CONSUME = {
+FLOOR_PAUSED: Dict[str, Producer] = {"post": functools.partial(floor_post, pause=FLOOR_PAUSE)}
+#: Pattern -> (bmq's, the official SDK's or None where it has no such API).
+CONSUME: Dict[str, Tuple[Consumer, Optional[Consumer]]] = {
     "consume_get_confirm": (bmq_consume_get_confirm, official_consume_get_confirm),
     "consume_on_message_confirm": (bmq_consume_on_message, official_consume_on_message),
     "consume_batch": (bmq_consume_batch, None),
@@ -410,7 +424,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                         help="run each pattern this many times, the two clients alternating, and report "
                              "medians (a shared machine's noise exceeds most differences)")
     args = parser.parse_args(argv)
-    if blazingmq is None and not args.tls:
+    if not HAVE_OFFICIAL and not args.tls:
         parser.error("the official SDK is needed for the comparison: pip install blazingmq")
     patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
     unknown = sorted(set(patterns) - set(PRODUCE) - set(CONSUME))
@@ -439,24 +453,23 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                 if pattern in PRODUCE:
                     ours, theirs, size = PRODUCE[pattern]
                     count = getattr(args, size)
-                    for name, run in (("bmq", ours), ("official", theirs), ("floor", FLOOR.get(pattern)),
-                                      ("floor_paused", FLOOR_PAUSED.get(pattern))):
-                        if run is None:
+                    for name, produce in (("bmq", ours), ("official", theirs), ("floor", FLOOR.get(pattern)),
+                                          ("floor_paused", FLOOR_PAUSED.get(pattern))):
+                        if produce is None:
                             continue
                         runs.setdefault(name, []).append(
-                            measure(broker, lambda run=run: run(broker.address, count), count))
+                            measure(broker, functools.partial(produce, broker.address, count), count))
                 else:
-                    ours, theirs = CONSUME[pattern]
+                    bmq_consume, official_consume = CONSUME[pattern]
                     count = args.messages
-                    for name, run in (("bmq", ours), ("official", theirs)):
-                        if run is None:
+                    for name, consume in (("bmq", bmq_consume), ("official", official_consume)):
+                        if consume is None:
                             continue
                         uri = fresh_uri(f"{name}-{pattern}")
                         fill_queue(broker.address, uri, count, PAYLOAD, BATCH)
                         runs.setdefault(name, []).append(
-                            measure(broker, lambda run=run, uri=uri: run(broker.address, uri, count), count))
-            figures = {name: {key: statistics.median(r[key] for r in measured) for key in measured[0]}
-                       for name, measured in runs.items()}
+                            measure(broker, functools.partial(consume, broker.address, uri, count), count))
+            figures = medians(runs)
             for name, values in figures.items():
                 results.update({f"{name}_{pattern}_{key}": value for key, value in values.items()})
             official = figures.get("official")
@@ -532,6 +545,8 @@ def run_tls(args: Any, patterns: List[str]) -> Dict[str, Any]:
         rows = []
         for pattern in patterns:
             terminator = None
+            plain: BrokerProcess
+            secure: BrokerProcess
             if args.bmqbrkr:
                 plain = RealBrokerProcess(Path(args.bmqbrkr))
                 binary = stunnel_binary()
@@ -557,20 +572,19 @@ def run_tls(args: Any, patterns: List[str]) -> Dict[str, Any]:
                         if pattern in PRODUCE:
                             ours, _, size = PRODUCE[pattern]
                             count = getattr(args, size)
-                            for name, run in ((label, ours), (f"floor_{label}", FLOOR.get(pattern)),
-                                              (f"floor_paused_{label}", FLOOR_PAUSED.get(pattern))):
-                                if run is not None:
+                            for name, produce in ((label, ours), (f"floor_{label}", FLOOR.get(pattern)),
+                                                  (f"floor_paused_{label}", FLOOR_PAUSED.get(pattern))):
+                                if produce is not None:
                                     runs.setdefault(name, []).append(
-                                        measure(broker, lambda run=run, address=address: run(address, count), count))
+                                        measure(broker, functools.partial(produce, address, count), count))
                         else:
-                            ours, _ = CONSUME[pattern]
+                            consume, _ = CONSUME[pattern]
                             count = args.messages
                             uri = fresh_uri(f"{label}-{pattern}")
                             fill_queue(address, uri, count, PAYLOAD, BATCH, SESSION_OPTIONS.get(address))
-                            runs.setdefault(label, []).append(measure(
-                                broker, lambda ours=ours, address=address, uri=uri: ours(address, uri, count), count))
-                figures = {name: {key: statistics.median(r[key] for r in measured) for key in measured[0]}
-                           for name, measured in runs.items()}
+                            runs.setdefault(label, []).append(
+                                measure(broker, functools.partial(consume, address, uri, count), count))
+                figures = medians(runs)
                 for name, values in figures.items():
                     results.update({f"{name}_{pattern}_{key}": value for key, value in values.items()})
                 ratio = figures["tls"]["msgs_per_s"] / figures["plain"]["msgs_per_s"]

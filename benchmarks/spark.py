@@ -86,7 +86,7 @@ from typing import AbstractSet, Any, Dict, List, Optional, Set, Tuple
 import bmq
 from bmq.spark._options import StreamOptions
 from _cpu import ChildCpu, cpus_allowed
-from _report import add_broker_options, broker_starter, drain_in_batches, fill_queue, make_parser
+from _report import add_broker_options, broker_starter, drain_batches, drain_in_batches, fill_queue, make_parser
 
 # Child processes import the same (installed) bmq as this script.
 ROOT = Path(bmq.__file__).resolve().parents[1]
@@ -133,13 +133,7 @@ def consume_batches_rate(broker: str, rows: int, payload: int) -> float:
         start = time.perf_counter()
         queue = session.open_queue(uri, read=True, batches=True,
                                    options=bmq.QueueOptions(max_unconfirmed_messages=40_000))
-        received = 0
-        while received < rows:
-            batch = queue.get_batch(5_000, timeout=30.0)
-            if batch is None:
-                raise RuntimeError(f"consumer stalled at {received}/{rows}")
-            batch.confirm()
-            received += len(batch)
+        drain_batches(queue, rows, 5_000)
         return rows / (time.perf_counter() - start)
 
 
