@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import importlib.util
 import json
 import os
 import platform
@@ -19,6 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+#: Whether the official ``blazingmq`` SDK is installed (the scripts comparing bmq with it
+#: import it only then, and refuse to compare without it).
+HAVE_OFFICIAL = importlib.util.find_spec("blazingmq") is not None
 
 
 def make_parser(description: str) -> argparse.ArgumentParser:

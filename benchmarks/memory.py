@@ -49,15 +49,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import bmq  # noqa: E402
 import bmq.compat  # noqa: E402
 import bmq.events  # noqa: E402
-from _report import BrokerProcess, emit, make_parser  # noqa: E402
+from _report import HAVE_OFFICIAL, BrokerProcess, emit, make_parser  # noqa: E402
 from endurance import rss_mb  # noqa: E402  (the soak's reader of /proc)
 
-try:
+if HAVE_OFFICIAL:  # else the comparison is refused in main()
     import blazingmq
-except ImportError:  # pragma: no cover - the comparison needs it
-    HAVE_OFFICIAL = False
-else:
-    HAVE_OFFICIAL = True
 
 URI = "bmq://bmq.test.mem.priority/memory"
 SMALL, LARGE = 100, 10 * 1024

@@ -81,7 +81,8 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import AbstractSet, Any, Dict, List, Optional, Set, Tuple
+from typing import (AbstractSet, Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, Tuple, TypedDict,
+                    cast)
 
 import bmq
 from bmq.spark._options import StreamOptions
@@ -116,24 +117,20 @@ def post_many_rate(broker: str, rows: int, payload: int, chunk: int = 10_000) ->
         return rows / (time.perf_counter() - start)
 
 
-def consume_rate(broker: str, rows: int, payload: int) -> float:
-    uri = _queue("consume")
+def consume_rate(broker: str, rows: int, payload: int, batches: bool = False) -> float:
+    """Rows/s of bmq's own consumer draining a queue filled with ``rows`` messages, from opening
+    it to the last confirm: ``messages()`` + ``confirm_many``, or with ``batches``
+    ``get_batch()`` + ``MessageBatch.confirm()`` (what the streaming source uses)."""
+    uri = _queue("consume-batches" if batches else "consume")
     fill_queue(broker, uri, rows, b"x" * payload)
     with bmq.Session(broker=broker) as session:
         start = time.perf_counter()
-        queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=40_000))
-        drain_in_batches(session, queue, rows, 5_000)
-        return rows / (time.perf_counter() - start)
-
-
-def consume_batches_rate(broker: str, rows: int, payload: int) -> float:
-    uri = _queue("consume-batches")
-    fill_queue(broker, uri, rows, b"x" * payload)
-    with bmq.Session(broker=broker) as session:
-        start = time.perf_counter()
-        queue = session.open_queue(uri, read=True, batches=True,
+        queue = session.open_queue(uri, read=True, batches=batches,
                                    options=bmq.QueueOptions(max_unconfirmed_messages=40_000))
-        drain_batches(queue, rows, 5_000)
+        if batches:
+            drain_batches(queue, rows, 5_000)
+        else:
+            drain_in_batches(session, queue, rows, 5_000)
         return rows / (time.perf_counter() - start)
 
 
@@ -155,29 +152,46 @@ def spark_session(threads: int = 2) -> Any:
 def _progress_end(progress: Dict[str, Any]) -> float:
     """Wall-clock time (epoch seconds) at which a micro-batch's trigger ended."""
     started = datetime.datetime.strptime(progress["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ")
-    started = started.replace(tzinfo=datetime.timezone.utc).timestamp()
-    return started + progress["durationMs"]["triggerExecution"] / 1000
+    return started.replace(tzinfo=datetime.timezone.utc).timestamp() + progress["durationMs"]["triggerExecution"] / 1000
 
 
-def spark_stream_rate(spark: Any, broker: str, rows: int, payload: int, sink: str) -> Dict[str, float]:
-    """Drain a queue of ``rows`` messages with ``Trigger.AvailableNow`` into ``sink``.
+class StreamRates(TypedDict):
+    """What :func:`spark_stream_rate` and :func:`spark_floor_rate` measure of one stream."""
 
-    Returns ``rows_per_s`` (from ``start()`` to the end of the micro-batch holding the last
-    row), ``run_rows_per_s`` (to the query's end, which also includes the ``pollTimeout`` it
-    waits to see that the queue is empty), ``steady_rows_per_s`` (the micro-batches after the
-    first: without the query's start) and ``batches``.
-    """
+    #: From ``start()`` to the end of the micro-batch holding the last row.
+    rows_per_s: float
+    #: To the query's end (which includes the ``pollTimeout`` a bmq stream waits to see the queue empty).
+    run_rows_per_s: float
+    #: The micro-batches after the first, which also pays the query's start (0 for one micro-batch).
+    steady_rows_per_s: float
+    #: Micro-batches that took rows.
+    batches: int
+    #: Rows and trigger milliseconds of each of those micro-batches.
+    batch_rows_and_ms: List[Tuple[int, int]]
+    #: CPU microseconds per row of each role's processes over the whole run (see :class:`ChildCpu`).
+    cpu_us_per_row: Dict[str, float]
+
+
+def spark_stream_rate(spark: Any, broker: str, rows: int, payload: int, sink: str) -> StreamRates:
+    """Drain a queue of ``rows`` messages with ``Trigger.AvailableNow`` into ``sink``: its rates."""
     uri = _queue("stream")
     fill_queue(broker, uri, rows, b"x" * payload)
-    with tempfile.TemporaryDirectory(prefix="bmq-spark-bench-") as scratch:
-        writer = (spark.readStream.format("blazingmq").option("broker", broker).option("queue", uri)
-                  .option("pollTimeout", "2").load())
-        writer = (_sink_columns(writer, sink).writeStream.format(sink).trigger(availableNow=True)
+    source = (spark.readStream.format("blazingmq").option("broker", broker).option("queue", uri)
+              .option("pollTimeout", "2").load())
+    return _drain_into(source, sink, rows, "bmq-spark-bench-")
+
+
+def _drain_into(source: Any, sink: str, rows: int, prefix: str) -> StreamRates:
+    """Drain the streaming DataFrame ``source`` of ``rows`` rows into ``sink`` with
+    ``Trigger.AvailableNow``, in a scratch directory named with ``prefix`` (the checkpoint,
+    and a file sink's output, whose rows are counted); its rates, see :func:`_drain`."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+        writer = (_sink_columns(source, sink).writeStream.format(sink).trigger(availableNow=True)
                   .option("checkpointLocation", os.path.join(scratch, "checkpoint")))
         if sink != "noop":
             writer = writer.option("path", os.path.join(scratch, "out"))
         rates = _drain(writer, rows)
-        if sink != "noop" and spark.read.parquet(os.path.join(scratch, "out")).count() != rows:
+        if sink != "noop" and source.sparkSession.read.parquet(os.path.join(scratch, "out")).count() != rows:
             raise RuntimeError(f"the {sink} sink did not get {rows} rows")
     return rates
 
@@ -188,24 +202,38 @@ def _sink_columns(frame: Any, sink: str) -> Any:
     return frame if sink == "noop" else frame.select("data")
 
 
-def _drain(writer: Any, rows: int) -> Dict[str, float]:
+def _await_end(query: Any, what: str) -> None:
+    """Wait for ``query`` to end (30 minutes at most, then it is stopped and this raises)."""
+    if not query.awaitTermination(timeout=1800):
+        query.stop()
+        raise RuntimeError(f"the {what} did not finish within 30 minutes")
+
+
+def _batches_of(query: Any, rows: int, what: str) -> List[Dict[str, Any]]:
+    """The progress of each micro-batch that took rows of the ended ``query``.
+
+    Raises:
+        RuntimeError: the query failed, or took other than ``rows`` rows.
+    """
+    if query.exception() is not None:
+        raise RuntimeError(f"the {what} failed: {query.exception()}")
+    batches = [progress for progress in query.recentProgress if progress["numInputRows"]]
+    taken = sum(progress["numInputRows"] for progress in batches)
+    if taken != rows:
+        raise RuntimeError(f"the {what} took {taken} rows, not {rows}")
+    return batches
+
+
+def _drain(writer: Any, rows: int) -> StreamRates:
     """Start ``writer``'s query, wait for its end, check that it read ``rows`` rows, and
-    return the rates :func:`spark_stream_rate` describes, and the CPU microseconds per row
-    of each role's processes over the whole run (``cpu_us_per_row``, see :class:`ChildCpu`)."""
+    return its :class:`StreamRates`."""
     with ChildCpu() as cpu:
         started = time.time()
         query = writer.start()
-        if not query.awaitTermination(timeout=1800):
-            query.stop()
-            raise RuntimeError("the streaming read did not finish within 30 minutes")
+        _await_end(query, "streaming read")
         ended = time.time()
     _note(cpu)
-    if query.exception() is not None:
-        raise RuntimeError(f"the streaming read failed: {query.exception()}")
-    batches = [progress for progress in query.recentProgress if progress["numInputRows"]]
-    read = sum(progress["numInputRows"] for progress in batches)
-    if read != rows:
-        raise RuntimeError(f"the streaming read took {read} rows, not {rows}")
+    batches = _batches_of(query, rows, "streaming read")
     # After the first micro-batch, which also pays the query's start (Spark launching the
     # source's Python process, generating and compiling the query's code), what a stream
     # sustains: the rate a backlog far larger than this one would approach.
@@ -218,8 +246,78 @@ def _drain(writer: Any, rows: int) -> Dict[str, float]:
             "cpu_us_per_row": {role: round(seconds / rows * 1e6, 2) for role, seconds in sorted(cpu.seconds.items())}}
 
 
-def spark_floor_rate(spark: Any, rows: int, payload: int, sink: str = "noop",
-                     on_driver: bool = False) -> Dict[str, float]:
+def _available_now_reader(total: int, batch_rows: int, partitions: Callable[[int, int], List[Any]],
+                          read: Callable[[Any], Iterator[Any]]) -> Any:
+    """A Python stream reader of ``total`` rows, ``batch_rows`` per micro-batch at most, for
+    ``Trigger.AvailableNow`` (offsets ``{"rows": n}``): ``partitions(first, end)`` cuts the
+    rows ``first`` to ``end`` (excluded) into input partitions, ``read(partition)`` yields a
+    partition's Arrow batches (on an executor)."""
+    from pyspark.sql.datasource import DataSourceStreamReader
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    class Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass
+
+        def initialOffset(self) -> Dict[str, int]:
+            return {"rows": 0}
+
+        def latestOffset(self, start: Any = None, limit: Any = None) -> Dict[str, int]:
+            return {"rows": min(total, (start["rows"] if start else 0) + batch_rows)}
+
+        def partitions(self, start: Dict[str, int], end: Dict[str, int]) -> List[Any]:
+            return partitions(start["rows"], end["rows"])
+
+        def read(self, partition: Any) -> Iterator[Any]:
+            return read(partition)
+
+        def commit(self, end: Any) -> None:
+            pass
+
+    return Reader()
+
+
+def _register_source(spark: Any, source_name: str, source_schema: str,
+                     stream_reader: Callable[[Mapping[str, str], Any], Any], *, dropping_writers: bool = False) -> None:
+    """Register the Python data source ``source_name`` of ``source_schema`` whose stream
+    reader is ``stream_reader(options, schema)``; ``dropping_writers``: with a batch and a
+    stream writer that read every Arrow batch and drop it (Spark's floor for writing)."""
+    from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                        WriterCommitMessage)
+
+    class Source(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return source_name
+
+        def schema(self) -> str:
+            return source_schema
+
+        def streamReader(self, schema: Any) -> Any:
+            return stream_reader(self.options, schema)
+
+    def drop(iterator: Any) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
+
+    class Discard(DataSourceArrowWriter):
+        write = staticmethod(drop)
+
+    class StreamDiscard(DataSourceStreamArrowWriter):
+        write = staticmethod(drop)
+
+    class DroppingSource(Source):
+        def writer(self, schema: Any, overwrite: bool) -> Any:
+            return Discard()
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+            return StreamDiscard()
+
+    spark.dataSource.register(DroppingSource if dropping_writers else Source)
+
+
+def spark_floor_rate(spark: Any, rows: int, payload: int, sink: str = "noop", on_driver: bool = False) -> StreamRates:
     """Spark's own limit for this stream: a Python streaming source that hands over the same
     rows (bmq's read schema, built by bmq's Arrow builder, in micro-batches as large as bmq's
     source makes by default: 200,000 rows or 32 MiB of payload, cut into 2 partitions as bmq's
@@ -229,13 +327,14 @@ def spark_floor_rate(spark: Any, rows: int, payload: int, sink: str = "noop",
     (``on_driver``: the driver builds each batch and ships it as Arrow IPC slices, as bmq's
     source must, the rows coming from its one session). What is left between the two is
     BlazingMQ's part: the session, and the broker sharing the machine's cores."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+    from pyspark.sql.datasource import InputPartition
+
+    from bmq.spark._schema import read_schema
 
     defaults = StreamOptions.parse({"queue": "bmq://bmq.test.mem.priority/floor"})
     batch_rows = min(defaults.max_messages_per_batch, max(1, defaults.max_bytes_per_batch // max(1, payload)))
 
-    class Slice(InputPartition):  # type: ignore[misc]
+    class Slice(InputPartition):
         def __init__(self, index: int, first: int, count: int, stream: bytes = b"") -> None:
             super().__init__(index)
             self.first, self.count, self.stream = first, count, stream
@@ -246,27 +345,15 @@ def spark_floor_rate(spark: Any, rows: int, payload: int, sink: str = "noop",
 
         from bmq.spark._schema import RowBuilder
 
-        messages = bmq.MessageBatch(types.SimpleNamespace(uri=_queue("floor")), bmq._codec.GuidGenerator(1).generate(count),
-                                    b"x" * payload * count,
+        # The row builder reads no more of the batch's queue than its URI.
+        queue = cast(bmq.Queue, types.SimpleNamespace(uri=_queue("floor")))
+        messages = bmq.MessageBatch(queue, bmq._codec.GuidGenerator(1).generate(count), b"x" * payload * count,
                                     array.array("i", range(0, payload * count + 1, payload)).tobytes(), None)
         return RowBuilder(schema)(messages, datetime.datetime.now(datetime.timezone.utc))
 
-    class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
-        def __init__(self, schema: Any) -> None:
-            self.schema = schema
-
-        def prepareForTriggerAvailableNow(self) -> None:
-            pass
-
-        def initialOffset(self) -> Dict[str, int]:
-            return {"rows": 0}
-
-        def latestOffset(self, start: Any = None, limit: Any = None) -> Dict[str, int]:
-            done = start["rows"] if start else 0
-            return {"rows": min(rows, done + batch_rows)}
-
-        def partitions(self, start: Dict[str, int], end: Dict[str, int]) -> list:
-            count = end["rows"] - start["rows"]
+    def floor_reader(options: Mapping[str, str], schema: Any) -> Any:
+        def partitions(first: int, end: int) -> List[Any]:
+            count = end - first
             if not count:
                 return []
             if on_driver:
@@ -274,43 +361,24 @@ def spark_floor_rate(spark: Any, rows: int, payload: int, sink: str = "noop",
 
                 from bmq.spark._stream import _slices
 
-                records = pa.Table.from_batches([build(self.schema, count)])
+                records = pa.Table.from_batches([build(schema, count)])
                 return [Slice(index, 0, 0, stream) for index, stream in enumerate(_slices(records, 2))]
             half = count // 2
-            return [Slice(0, start["rows"], half), Slice(1, start["rows"] + half, count - half)]
+            return [Slice(0, first, half), Slice(1, first + half, count - half)]
 
-        def read(self, partition: Any) -> Any:
+        def read(partition: Any) -> Iterator[Any]:
             import pyarrow as pa
 
             if partition.stream:
                 with pa.ipc.open_stream(partition.stream) as reader:
                     yield from reader
             else:
-                yield build(self.schema, partition.count)
+                yield build(schema, partition.count)
 
-        def commit(self, end: Any) -> None:
-            pass
+        return _available_now_reader(rows, batch_rows, partitions, read)
 
-    class Floor(DataSource):  # type: ignore[misc]
-        @classmethod
-        def name(cls) -> str:
-            return "bmq-bench-floor"
-
-        def schema(self) -> str:
-            from bmq.spark._schema import read_schema
-
-            return read_schema("")
-
-        def streamReader(self, schema: Any) -> Any:
-            return FloorReader(schema)
-
-    spark.dataSource.register(Floor)
-    with tempfile.TemporaryDirectory(prefix="bmq-spark-floor-") as scratch:
-        writer = (_sink_columns(spark.readStream.format("bmq-bench-floor").load(), sink).writeStream.format(sink)
-                  .trigger(availableNow=True).option("checkpointLocation", os.path.join(scratch, "checkpoint")))
-        if sink != "noop":
-            writer = writer.option("path", os.path.join(scratch, "out"))
-        return _drain(writer, rows)
+    _register_source(spark, "bmq-bench-floor", read_schema(""), floor_reader)
+    return _drain_into(spark.readStream.format("bmq-bench-floor").load(), sink, rows, "bmq-spark-floor-")
 
 
 # ---- write patterns ---------------------------------------------------------------------
@@ -381,49 +449,25 @@ def _timed(rows: int, run: Any) -> Dict[str, float]:
 
 
 def _register_write_floors(spark: Any) -> None:
-    """``bmq-bench-discard``: a data source whose writers read every Arrow batch and drop it
-    (Spark's floor for writing); ``bmq-bench-rows``: a streaming source of ``rows`` rows of
-    ``payload`` bytes in ``partitions`` partitions (the input of the streaming writes)."""
-    from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter,
-                                        DataSourceStreamReader, InputPartition, WriterCommitMessage)
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+    """``bmq-bench-write``: a data source whose writers read every Arrow batch and drop it
+    (Spark's floor for writing), and whose streaming source gives ``rows`` rows of ``payload``
+    bytes in ``partitions`` partitions per micro-batch (options; the input of the streaming
+    writes)."""
+    from pyspark.sql.datasource import InputPartition
 
-    def drop(iterator: Any) -> WriterCommitMessage:
-        for _ in iterator:
-            pass
-        return WriterCommitMessage()
-
-    class Discard(DataSourceArrowWriter):  # type: ignore[misc]
-        write = staticmethod(drop)
-
-    class StreamDiscard(DataSourceStreamArrowWriter):  # type: ignore[misc]
-        write = staticmethod(drop)
-
-    class Rows(InputPartition):  # type: ignore[misc]
+    class Rows(InputPartition):
         def __init__(self, count: int, payload: int) -> None:
             super().__init__(count)
             self.count, self.payload = count, payload
 
-    class RowsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
-        def __init__(self, options: Dict[str, str]) -> None:
-            self.rows, self.payload = int(options["rows"]), int(options["payload"])
-            self.parts = int(options["partitions"])
+    def rows_reader(options: Mapping[str, str], schema: Any) -> Any:
+        payload, parts = int(options["payload"]), int(options["partitions"])
 
-        def prepareForTriggerAvailableNow(self) -> None:
-            pass
+        def partitions(first: int, end: int) -> List[Any]:
+            count = end - first
+            return [Rows(count // parts + (index < count % parts), payload) for index in range(parts) if count]
 
-        def initialOffset(self) -> Dict[str, int]:
-            return {"rows": 0}
-
-        def latestOffset(self, start: Any = None, limit: Any = None) -> Dict[str, int]:
-            return {"rows": min(self.rows, (start["rows"] if start else 0) + _STREAM_BATCH_ROWS)}
-
-        def partitions(self, start: Dict[str, int], end: Dict[str, int]) -> list:
-            count = end["rows"] - start["rows"]
-            return [Rows(count // self.parts + (index < count % self.parts), self.payload)
-                    for index in range(self.parts) if count]
-
-        def read(self, partition: Any) -> Any:
+        def read(partition: Any) -> Iterator[Any]:
             import array
 
             import pyarrow as pa
@@ -436,27 +480,9 @@ def _register_write_floors(spark: Any) -> None:
                                                                 pa.py_buffer(b"x" * partition.payload * count)])],
                     names=["data"])
 
-        def commit(self, end: Any) -> None:
-            pass
+        return _available_now_reader(int(options["rows"]), _STREAM_BATCH_ROWS, partitions, read)
 
-    class Bench(DataSource):  # type: ignore[misc]
-        @classmethod
-        def name(cls) -> str:
-            return "bmq-bench-write"
-
-        def schema(self) -> str:
-            return "data string"
-
-        def writer(self, schema: Any, overwrite: bool) -> Any:
-            return Discard()
-
-        def streamWriter(self, schema: Any, overwrite: bool) -> Any:
-            return StreamDiscard()
-
-        def streamReader(self, schema: Any) -> Any:
-            return RowsReader(self.options)
-
-    spark.dataSource.register(Bench)
+    _register_source(spark, "bmq-bench-write", "data string", rows_reader, dropping_writers=True)
 
 
 def spark_write_rate(spark: Any, broker: str, rows: int, payload: int, partitions: int, sink: str) -> Dict[str, float]:
@@ -485,14 +511,8 @@ def spark_stream_write_rate(spark: Any, broker: str, rows: int, payload: int, pa
 
         def run() -> None:
             query = writer.start()
-            if not query.awaitTermination(timeout=1800):
-                query.stop()
-                raise RuntimeError("the streaming write did not finish within 30 minutes")
-            if query.exception() is not None:
-                raise RuntimeError(f"the streaming write failed: {query.exception()}")
-            written = sum(progress["numInputRows"] for progress in query.recentProgress)
-            if written != rows:
-                raise RuntimeError(f"the streaming write took {written} rows, not {rows}")
+            _await_end(query, "streaming write")
+            _batches_of(query, rows, "streaming write")
 
         return _timed(rows, run)
 
@@ -608,7 +628,7 @@ def main() -> None:
     broker_cpus, spark_cpus = _cpu_set(args.broker_cpus), _cpu_set(args.spark_cpus)
     if (broker_cpus is None) != (spark_cpus is None):
         parser.error("--broker-cpus and --spark-cpus go together")
-    if broker_cpus is not None and (args.broker or broker_cpus & spark_cpus):
+    if broker_cpus is not None and spark_cpus is not None and (args.broker or broker_cpus & spark_cpus):
         parser.error("--broker-cpus needs a broker this script starts, on CPUs apart from --spark-cpus")
 
     where, start_broker = broker_starter(args, broker_cpus)
@@ -625,6 +645,7 @@ def main() -> None:
                  "spark_master": f"local[{args.spark_threads}]", "cpu_count": os.cpu_count(),
                  "python": platform.python_version()}
         partitions = [int(count) for count in args.partitions.split(",")]
+        results: Dict[str, Any]
         if args.write_only:
             spark = spark_session(args.spark_threads)
             stack.callback(spark.stop)
@@ -633,11 +654,12 @@ def main() -> None:
                        **setup, **_affinity()}
             _print(results, args.json)
             return
-        results: Dict[str, Any] = {"rows": args.rows, "stream_rows": args.stream_rows, "payload_bytes": args.payload}
+        results = {"rows": args.rows, "stream_rows": args.stream_rows, "payload_bytes": args.payload}
         if not args.stream_only:
             results["post_many_rows_per_s"] = round(post_many_rate(broker, args.rows, args.payload))
         results["consume_rows_per_s"] = round(consume_rate(broker, args.stream_rows, args.payload))
-        results["consume_batches_rows_per_s"] = round(consume_batches_rate(broker, args.stream_rows, args.payload))
+        results["consume_batches_rows_per_s"] = round(
+            consume_rate(broker, args.stream_rows, args.payload, batches=True))
         spark = spark_session(args.spark_threads)
         stack.callback(spark.stop)
         if not args.stream_only:
