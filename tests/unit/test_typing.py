@@ -1,6 +1,6 @@
 """Typing is part of the API: mypy finds no error in bmq/ and examples/ (config in
 pyproject.toml), nor in typical user code written against the public API, nor in the release
-script and the documentation's configuration."""
+script, the documentation's configuration and the benchmark scripts."""
 from __future__ import annotations
 
 import os
@@ -36,4 +36,10 @@ def test_typical_user_code_type_checks(tmp_path):
 
 def test_release_script_and_docs_configuration_type_check(tmp_path):
     result = _mypy("scripts", "docs/conf.py", "tests/release", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_benchmark_scripts_type_check(tmp_path):
+    # Type-checked, never run here (speed is measured by hand, not asserted in tests).
+    result = _mypy("benchmarks", tmp_path=tmp_path)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
