@@ -2,12 +2,19 @@
 
 Subcommands: ``broker`` (run the embedded broker), ``post``, ``consume``, ``bench`` and ``admin``
 (admin commands: ``bmq admin --broker ADDR CLUSTERS LIST``, or a helper flag such as
-``--queue-stats URI``). Every client command takes ``--broker ADDR``, several times for a
-session that fails over between them; without it an embedded broker is started in-process, so
-the commands work on a machine with no BlazingMQ installed.
+``--queue-stats URI``). The user guide is docs/cli.md.
+
+``post``, ``consume`` and ``admin`` connect to ``--broker ADDR`` (post and consume take it
+several times for a session that fails over between them), else to the address in the
+environment variable ``BMQ_BROKER_URI``, else to ``tcp://localhost:30114``, as
+``bmq.Session()`` and the official SDK do: messages posted go to a broker that keeps them.
+``--embedded`` starts a temporary embedded broker for the one command instead (whatever it
+holds is gone when the command ends). ``bench`` is self-contained: without ``--broker`` it
+measures through an embedded broker in a child process, and its first line says which broker
+it uses.
 
 Errors are one line on stderr and exit code 2 for bad input or an unreachable broker (1 for
-other failures), unless ``--debug`` asks for the traceback.
+other failures, 130 after Ctrl-C), unless ``--debug`` asks for the traceback.
 
 ``--tls-ca FILE [--tls-cert FILE --tls-key FILE]`` connects with TLS (a TLS terminator in front
 of the broker, or the embedded broker's ``--tls-cert``). ``--auth MECHANISM`` authenticates with
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -28,7 +36,7 @@ import sys
 import threading
 import time
 from concurrent.futures import wait
-from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple, Union, cast
 
 if TYPE_CHECKING:  # pragma: no cover
     import bmq
@@ -39,6 +47,11 @@ EXIT_USAGE = 2
 
 DEFAULT_URI = "bmq://bmq.test.mem.priority/bmq-cli"
 AUTH_DATA_VARIABLE = "BMQ_AUTH_DATA"
+BROKER_VARIABLE = "BMQ_BROKER_URI"  # the official SDK's
+DEFAULT_BROKER = "tcp://localhost:30114"  # bmq.Session()'s and the official SDK's
+EXIT_INTERRUPTED = 130  # a shell's code for a command ended by SIGINT
+EMBEDDED_HELP = ("start a temporary embedded broker in this process for this one command (what it holds is "
+                 "gone when the command ends)")
 _PROPERTY_TYPES = ("bool", "char", "short", "int32", "int64", "string", "binary")
 
 
@@ -111,6 +124,34 @@ class Progress:
             self.stream.flush()
 
 
+def broker_choice(args: argparse.Namespace) -> Tuple[Optional[List[str]], str]:
+    """Where a client command connects, and how that was chosen (for messages): ``--broker``,
+    else ``$BMQ_BROKER_URI``, else ``tcp://localhost:30114``; None with ``--embedded``."""
+    if getattr(args, "embedded", False):
+        return None, "--embedded"
+    given = args.broker
+    if given:
+        return ([given] if isinstance(given, str) else list(given)), "--broker"
+    from_environment = os.environ.get(BROKER_VARIABLE, "").strip()
+    if from_environment:
+        return [from_environment], f"${BROKER_VARIABLE}"
+    return [DEFAULT_BROKER], f"the default: no --broker, ${BROKER_VARIABLE} unset; --embedded starts a temporary broker"
+
+
+@contextlib.contextmanager
+def chosen_broker(args: argparse.Namespace) -> Iterator[Union[str, List[str]]]:
+    """The address (or addresses) a client command connects to, per :func:`broker_choice`; with
+    ``--embedded``, an embedded broker's, running in this process for the block."""
+    from .broker import broker_address
+
+    addresses, args.broker_source = broker_choice(args)
+    if addresses is None:
+        with broker_address(None) as address:
+            yield address
+    else:
+        yield addresses[0] if len(addresses) == 1 else addresses
+
+
 def session_options(args: argparse.Namespace) -> "bmq.SessionOptions":
     """The SessionOptions of a client command: a credential with ``--auth`` (its data read
     from ``BMQ_AUTH_DATA`` at each connect, so a rotated secret is picked up), and TLS with
@@ -137,6 +178,9 @@ def session_options(args: argparse.Namespace) -> "bmq.SessionOptions":
             return mechanism, os.environ.get(AUTH_DATA_VARIABLE, "")
 
         options["credential"] = credential
+    connect_timeout = getattr(args, "connect_timeout", None)
+    if connect_timeout is not None:
+        options["connect_timeout"] = connect_timeout
     return bmq.SessionOptions(**options)
 
 
@@ -205,7 +249,6 @@ def _payloads(args: argparse.Namespace) -> Tuple[List[bytes], int]:
 
 def cmd_post(args: argparse.Namespace) -> int:
     import bmq
-    from .broker import broker_address
 
     payloads, count = _payloads(args)
     properties, property_types = _properties(args)
@@ -242,7 +285,7 @@ def cmd_post(args: argparse.Namespace) -> int:
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
-    with broker_address(args.broker) as address, bmq.Session(broker=address, options=session_options(args)) as session:
+    with chosen_broker(args) as address, bmq.Session(broker=address, options=session_options(args)) as session:
         queue = session.open_queue(args.uri, write=True)
         shares = [count // args.threads + (1 if i < count % args.threads else 0) for i in range(args.threads)]
         started = time.monotonic()
@@ -289,14 +332,13 @@ def message_record(msg) -> dict:
 
 def cmd_consume(args: argparse.Namespace) -> int:
     import bmq
-    from .broker import broker_address
 
     out = sys.stdout.buffer
     received = 0
     pending: list = []
     progress = Progress("consume", args.count or 0)
     raw = args.output == "raw"
-    with broker_address(args.broker) as address, bmq.Session(broker=address, options=session_options(args)) as session:
+    with chosen_broker(args) as address, bmq.Session(broker=address, options=session_options(args)) as session:
         # Raw payloads are written back to back, so they are taken in batches: one write and
         # one confirm per batch, no object per message.
         queue = session.open_queue(args.uri, read=True, batches=raw, options=bmq.QueueOptions(
@@ -357,9 +399,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     results = []
     # A broker in this process would share the GIL with the client being measured.
     with broker_address(args.broker, separate_process=True) as address:
-        where = ", ".join(args.broker) if args.broker else f"embedded broker {address}"
+        # First, on stdout with the results: which broker the numbers are about.
+        where = (f"broker {', '.join(args.broker)} (--broker)" if args.broker else
+                 f"a temporary embedded broker at {address} (a child process; --broker ADDR measures another)")
+        print(f"bmq bench: via {where}", flush=True)
         print(f"bmq bench: {args.count:,} messages of {args.size} B, {args.producers} producer(s), "
-              f"{args.consumers} consumer(s), via {where}", file=sys.stderr)
+              f"{args.consumers} consumer(s)", file=sys.stderr)
         progress = Progress("bmq      ", args.count)
         final_stats: Optional[List[Any]] = [] if args.stats else None
         results.append(_bench.run_bmq(address, args.uri, size=args.size, count=args.count,
@@ -390,7 +435,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(_format_row(result))
     if len(results) == 2 and results[1].e2e_msgs_per_s:
         print(f"bmq / blazingmq end-to-end throughput: {results[0].e2e_msgs_per_s / results[1].e2e_msgs_per_s:.2f}x")
-    report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": _machine(),
+    report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": _machine(), "broker": where,
               "results": [r.as_dict() for r in results]}
     if args.json:
         with open(args.json, "w") as handle:
@@ -465,7 +510,6 @@ def _admin_text(args: argparse.Namespace, result: Any) -> List[str]:
 
 def cmd_admin(args: argparse.Namespace) -> int:
     import bmq
-    from .broker import broker_address
 
     helpers = [args.domains, args.queues is not None, bool(args.queue_stats), bool(args.purge),
                args.cluster_status is not None]
@@ -473,9 +517,9 @@ def cmd_admin(args: argparse.Namespace) -> int:
         raise CommandError("give either an admin command (e.g. bmq admin HELP) or one of --domains, --queues, "
                            "--queue-stats, --purge, --cluster-status")
     options = session_options(args)
-    with broker_address(args.broker) as address, bmq.Admin(address if isinstance(address, str) else address[0],
-                                                            timeout=args.timeout, credential=options.credential,
-                                                            tls=options.tls) as admin:
+    with chosen_broker(args) as address, bmq.Admin(cast(str, address), credential=options.credential, tls=options.tls,
+                                                    timeout=args.connect_timeout or args.timeout) as admin:
+        admin.timeout = args.timeout  # for each answer
         if args.words:
             command = " ".join(args.words)
             if args.json and args.words[0].upper() != "ENCODING":
@@ -516,6 +560,8 @@ def connection_arguments(command: argparse.ArgumentParser) -> None:
                          help="connect with TLS, verifying the broker's certificate against this CA file (PEM)")
     command.add_argument("--tls-cert", metavar="FILE", help="with --tls-ca: a client certificate (PEM)")
     command.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
+    command.add_argument("--connect-timeout", type=_positive_float, metavar="SECONDS",
+                         help="seconds to connect and negotiate with each broker address (default 30)")
     command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
@@ -531,9 +577,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     def client_command(name: str, help_text: str) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help_text, description=help_text)
-        command.add_argument("--broker", metavar="ADDR", action="append",
-                             help="broker address, e.g. tcp://localhost:30114; give it several times to fail "
-                                  "over between them, in that order (default: start an embedded broker)")
+        where = command.add_mutually_exclusive_group()
+        if name == "bench":
+            where.add_argument("--broker", metavar="ADDR", action="append",
+                               help="measure through this broker, e.g. tcp://localhost:30114 (default: a temporary "
+                                    "embedded broker in a child process)")
+        else:
+            where.add_argument("--broker", metavar="ADDR", action="append",
+                               help=f"broker address; give it several times to fail over between them, in that "
+                                    f"order (default: ${BROKER_VARIABLE}, else {DEFAULT_BROKER})")
+            where.add_argument("--embedded", action="store_true", help=EMBEDDED_HELP)
         connection_arguments(command)
         command.add_argument("--stats", action="store_true",
                              help="print the final statistics of every bmq session on stderr")
@@ -592,13 +645,15 @@ def build_parser() -> argparse.ArgumentParser:
     admin = sub.add_parser("admin", help=admin_help, description=admin_help + ". The words of COMMAND are joined "
                            "into one command; bmq admin HELP lists the broker's commands.")
     admin.add_argument("words", nargs="*", metavar="COMMAND", help="the admin command, e.g. STAT SHOW")
-    admin.add_argument("--broker", metavar="ADDR",
-                       help="broker address, e.g. tcp://localhost:30114 (default: start an embedded broker)")
+    where = admin.add_mutually_exclusive_group()
+    where.add_argument("--broker", metavar="ADDR",
+                       help=f"broker address (default: ${BROKER_VARIABLE}, else {DEFAULT_BROKER})")
+    where.add_argument("--embedded", action="store_true", help=EMBEDDED_HELP)
     connection_arguments(admin)
     admin.add_argument("--json", action="store_true",
                        help="JSON output: pretty JSON from the broker for a COMMAND, the result of a helper as JSON")
     admin.add_argument("--timeout", type=_positive_float, default=10.0,
-                       help="seconds to connect and to wait for the answer (default 10)")
+                       help="seconds to wait for the answer, and to connect unless --connect-timeout (default 10)")
     helpers = admin.add_mutually_exclusive_group()
     helpers.add_argument("--domains", action="store_true", help="list the domains the broker has loaded")
     helpers.add_argument("--queues", nargs="?", const="", metavar="DOMAIN",
@@ -636,7 +691,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         import bmq
 
-        print(f"bmq {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        text = _one_line(exc)
+        source = getattr(args, "broker_source", "--broker")
+        if source != "--broker" and isinstance(exc, (bmq.ConnectionError, bmq.TimeoutError)) \
+                and not isinstance(exc, bmq.ClosedByBroker):
+            text += f" (broker address from {source})"
+        print(f"bmq {args.command}: error: {text}", file=sys.stderr)
         usage = (CommandError, bmq.InvalidURIError, bmq.ConnectionError, bmq.TimeoutError, ValueError)
         return EXIT_USAGE if isinstance(exc, usage) else EXIT_FAILURE
 

@@ -98,6 +98,9 @@ def test_bench_writes_json_with_documented_keys_and_each_sessions_stats(tmp_path
     assert bmq_side["latency_us"]["p50"] <= bmq_side["latency_us"]["p99"]
     assert {"python", "platform", "cpus"} <= set(report["machine"])
     assert b"e2e msg/s" in result.stdout
+    first = result.stdout.decode().splitlines()[0]
+    assert first.startswith("bmq bench: via a temporary embedded broker at tcp://127.0.0.1:"), first
+    assert report["broker"] in first
     # --stats: the producer's session, then the consumer's (posted/acked; pushed/confirmed).
     producer, consumer = [line.split() for line in result.stderr.decode().splitlines()
                           if line.startswith("bmq://bmq.test.mem.priority/bmq-cli")]
@@ -229,3 +232,66 @@ def test_admin_errors(broker):
         port = unused.getsockname()[1]
     unreachable = run_cli("admin", "--broker", f"tcp://127.0.0.1:{port}", "HELP", "--timeout", "5")
     assert unreachable.returncode == 2 and b"cannot connect" in unreachable.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_post_and_consume_use_the_broker_named_by_BMQ_BROKER_URI(broker_address):
+    uri = f"bmq://bmq.test.mem.priority/cli-env-{time.monotonic_ns()}"
+    posted = run_cli("post", uri, "--count", "3", BMQ_BROKER_URI=broker_address)
+    assert posted.returncode == 0 and b"3 acked, 0 failed" in posted.stdout, posted.stderr.decode()
+    # The messages stayed in that broker: a second command finds them.
+    consumed = run_cli("consume", uri, "--count", "3", "--timeout", "10", BMQ_BROKER_URI=broker_address)
+    assert consumed.returncode == 0 and len(consumed.stdout.splitlines()) == 3, consumed.stderr.decode()
+
+
+def test_broker_option_wins_over_BMQ_BROKER_URI(broker_address):
+    uri = f"bmq://bmq.test.mem.priority/cli-env-override-{time.monotonic_ns()}"
+    posted = run_cli("post", uri, "--broker", broker_address, BMQ_BROKER_URI=f"tcp://127.0.0.1:{free_port()}")
+    assert posted.returncode == 0 and b"1 acked" in posted.stdout, posted.stderr.decode()
+
+
+def test_admin_uses_BMQ_BROKER_URI(broker_address):
+    answer = run_cli("admin", "HELP", BMQ_BROKER_URI=broker_address)
+    assert answer.returncode == 0 and b"STAT SHOW" in answer.stdout, answer.stderr.decode()
+
+
+def test_the_default_broker_is_tcp_localhost_30114(monkeypatch):
+    from bmq import cli
+
+    monkeypatch.delenv("BMQ_BROKER_URI", raising=False)
+    for command in (["post", "bmq://d/q"], ["consume", "bmq://d/q"], ["admin", "HELP"]):
+        addresses, source = cli.broker_choice(cli.build_parser().parse_args(command))
+        assert addresses == ["tcp://localhost:30114"] and "BMQ_BROKER_URI unset" in source
+        assert cli.broker_choice(cli.build_parser().parse_args(command + ["--embedded"]))[0] is None
+    monkeypatch.setenv("BMQ_BROKER_URI", "tcp://elsewhere:1234")
+    assert cli.broker_choice(cli.build_parser().parse_args(["post", "bmq://d/q"]))[0] == ["tcp://elsewhere:1234"]
+
+
+@pytest.mark.parametrize("command", [["post", "bmq://bmq.test.mem.priority/x"], ["admin", "HELP"]])
+def test_an_unreachable_broker_from_the_environment_is_one_line_naming_it(command):
+    port = free_port()
+    result = run_cli(*command, BMQ_BROKER_URI=f"tcp://127.0.0.1:{port}", timeout=60)
+    lines = result.stderr.decode().strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, lines
+    assert f"127.0.0.1:{port}" in lines[0] and "BMQ_BROKER_URI" in lines[0]
+
+
+def test_embedded_starts_a_temporary_broker_only_when_asked(broker):
+    uri = "bmq://bmq.test.mem.priority/cli-embedded"
+    posted = run_cli("post", uri, "--embedded", "--count", "2", BMQ_BROKER_URI=broker.address)
+    assert posted.returncode == 0 and b"2 acked" in posted.stdout, posted.stderr.decode()
+    assert broker.queue_messages(uri) == []  # they went to the temporary broker, not to $BMQ_BROKER_URI's
+    both = run_cli("post", uri, "--embedded", "--broker", broker.address)
+    assert both.returncode == 2 and b"not allowed with" in both.stderr
+
+
+def test_bench_first_line_names_the_broker_given(broker_address):
+    result = run_cli("bench", "--broker", broker_address, "--count", "200", "--size", "16",
+                     "--uri", f"bmq://bmq.test.mem.priority/cli-bench-{time.monotonic_ns()}")
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().splitlines()[0] == f"bmq bench: via broker {broker_address} (--broker)"
