@@ -1,13 +1,20 @@
 """The dispatcher thread (user callbacks), the session event queue, and the helpers that make
-and resolve futures."""
+and resolve futures.
+
+What a callback raises (``on_message``, ``on_ack``, ``on_event``, ``on_stats``, a function
+given to ``call_soon``) is reported once, by :func:`report_callback_error`, and the dispatcher
+goes on with the next callback; docs/observability.md ("Callback errors") is the user's view.
+"""
 from __future__ import annotations
 
 import collections
 import logging
 import os
 import queue as _stdqueue
+import sys
 import threading
 import time
+import traceback
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, RUNNING
 from typing import Any, Callable, Deque, Iterable, List, Optional, Tuple
@@ -15,7 +22,7 @@ from typing import Any, Callable, Deque, Iterable, List, Optional, Tuple
 from . import events as ev
 
 __all__ = ["Dispatcher", "EventQueue", "PostFuture", "new_futures", "thread_condition", "resolve_future",
-           "resolve_futures", "fail_future"]
+           "resolve_futures", "fail_future", "report_callback_error", "logging_configured"]
 
 logger = logging.getLogger(__name__)
 
@@ -221,8 +228,53 @@ def fail_future(future: "Future[Any]", exc: BaseException) -> None:
         pass
 
 
+def logging_configured(log: logging.Logger) -> bool:
+    """Whether a record of ``log`` reaches a handler the application installed: a handler
+    other than a ``NullHandler`` on ``log`` or on an ancestor it propagates to (``bmq`` itself
+    has only a ``NullHandler``, so this is False until the application configures logging)."""
+    current: Optional[logging.Logger] = log
+    while current is not None:
+        if any(not isinstance(handler, logging.NullHandler) for handler in current.handlers):
+            return True
+        if not current.propagate:
+            return False
+        current = current.parent
+    return False
+
+
+def report_callback_error(fn: Callable[..., Any], exc: BaseException) -> None:
+    """Report what callback ``fn`` raised, once: as an ERROR record of the ``bmq._dispatch``
+    logger (with the traceback) when :func:`logging_configured`, else on ``sys.stderr`` with
+    the traceback, as ``threading.excepthook`` reports an exception that ends a thread. So it
+    is never silent, and never reported twice.
+
+    A ``SystemExit`` or ``KeyboardInterrupt`` is reported the same way: raised in the dispatcher
+    thread it could not end the process anyway (only the main thread's can), and ending the
+    dispatcher would strand every later callback. The report says so.
+    """
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    text = f"bmq callback {name} raised {type(exc).__name__} in thread {threading.current_thread().name}; " \
+           f"the session goes on"
+    if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+        text += (" (a callback's SystemExit or KeyboardInterrupt does not end the program: only the main thread's "
+                 "does; have the main thread stop, e.g. by an Event it waits on, or call _thread.interrupt_main())")
+    try:
+        if logging_configured(logger):
+            logger.error("%s", text, exc_info=exc)
+        elif sys.stderr is not None:  # None under pythonw: nowhere to report to
+            lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+            sys.stderr.write(f"Exception: {text}:\n{''.join(lines)}")
+            sys.stderr.flush()
+    except Exception:  # noqa: B902 - a broken stderr or handler must not end the dispatcher either
+        pass
+
+
 class Dispatcher:
     """The thread that runs user callbacks, in submission order.
+
+    An exception a callback raises (any ``BaseException``, ``SystemExit`` and
+    ``KeyboardInterrupt`` included) is reported by :func:`report_callback_error` and the thread
+    goes on with the next callback: it ends only on :meth:`stop`.
 
     Args:
         name: the thread's name.
@@ -260,8 +312,9 @@ class Dispatcher:
             fn, args = item
             try:
                 fn(*args)
-            except Exception:  # user code: log, keep dispatching
-                logger.exception("callback %r raised", fn)
+            except BaseException as exc:  # noqa: B902 - user code: report it and go on (see the class doc)
+                report_callback_error(fn, exc)
+                del exc  # the traceback holds the callback's frames (and the message) alive
             if self._slow and self._queue.qsize() <= self._low:
                 self._slow = False
                 self._on_slow(False)

@@ -36,7 +36,8 @@ import sys
 import threading
 import time
 from concurrent.futures import wait
-from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple, Union, cast
+from typing import (IO, TYPE_CHECKING, Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple, Union,
+                    cast)
 
 if TYPE_CHECKING:  # pragma: no cover
     import bmq
