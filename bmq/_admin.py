@@ -701,7 +701,10 @@ class Admin:
                 return
             self._failure = exc
             pending, self._pending = self._pending, {}
-        logger.warning("admin connection %d to %s lost: %s", self._id, self.broker, exc)
+        # While connecting, the caller of the constructor gets the error itself.
+        negotiated = connection.negotiation.done() and connection.negotiation.exception() is None
+        logger.log(logging.WARNING if negotiated else logging.INFO, "admin connection %d to %s lost: %s",
+                   self._id, self.broker, exc)
         lost = exc if isinstance(exc, ConnectionLost) else ConnectionLost(f"the admin connection to {self.broker} "
                                                                           f"was lost: {exc}")
         for future in pending.values():

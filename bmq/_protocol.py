@@ -6,7 +6,10 @@ value is written once (references are to docs/protocol.md).
 """
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Union
+
+from . import _codec
+from .exceptions import ProtocolError, TLSError
 
 # Queue flags, ``handleParameters.flags`` (bmqt::QueueFlags; protocol §9.1).
 QUEUE_FLAG_ADMIN: Final = 1
@@ -35,3 +38,63 @@ CLIENT_FEATURES: Final = f"PROTOCOL_ENCODING:JSON;{FEATURE_MESSAGE_PROPERTIES}:{
 def queue_flags(read: bool, write: bool) -> int:
     """``handleParameters.flags`` of a handle that reads and/or writes (writers want ACKs)."""
     return (QUEUE_FLAG_READ if read else 0) | (QUEUE_FLAG_WRITE | QUEUE_FLAG_ACK if write else 0)
+
+
+# What the first bytes from a broker must look like (protocol §1.2): an event header whose length
+# word has the fragment bit clear and a length the codec accepts, protocol version 1, a type a
+# client receives (§1.3), and a header of at least 2 words within the event.
+_EVENT_HEADER_SIZE: Final = 8
+_PROTOCOL_VERSION: Final = 1
+_CLIENT_EVENT_TYPES: Final = frozenset((_codec.EVENT_CONTROL, _codec.EVENT_PUSH, _codec.EVENT_ACK,
+                                        _codec.EVENT_HEARTBEAT_REQ, _codec.EVENT_HEARTBEAT_RSP,
+                                        _codec.EVENT_AUTHENTICATION))
+_EXCERPT_SIZE: Final = 64  # bytes of what came back shown in the error
+
+
+def looks_like_tls(data: Union[bytes, bytearray, memoryview]) -> bool:
+    """Whether ``data`` starts like a TLS record (a handshake or an alert, TLS 1.x): what a TLS
+    endpoint sends to a plaintext client, and what a TLS client sends to a plaintext server."""
+    return len(data) >= 3 and data[0] in (0x15, 0x16) and data[1] == 3 and data[2] <= 4
+
+
+def _not_an_event(data: Union[bytes, bytearray, memoryview]) -> str:
+    """Why ``data`` (possibly fewer than 8 bytes) cannot start an event to a client; "" if it can."""
+    if len(data) >= 4:
+        word = int.from_bytes(data[:4], "big")
+        if word >> 31 or not _EVENT_HEADER_SIZE <= word <= _codec.MAX_EVENT_SIZE:
+            return f"length word 0x{word:08x}"
+    if len(data) >= 5:
+        if data[4] >> 6 != _PROTOCOL_VERSION:
+            return f"protocol version {data[4] >> 6}"
+        if data[4] & 0x3F not in _CLIENT_EVENT_TYPES:
+            return f"event type {data[4] & 0x3F}"
+    if len(data) >= 6 and not 2 <= data[5] <= int.from_bytes(data[:4], "big") // 4:
+        return f"header words {data[5]}"
+    return ""
+
+
+def check_first_answer(data: Union[bytes, bytearray, memoryview], peer: str) -> None:
+    """Check the first bytes read from a broker (a plaintext connection): a peer that is not a
+    BlazingMQ broker (an HTTP server, a TLS endpoint, anything else) is named as such, with what
+    it sent, at once rather than as a framing error or a negotiation timeout.
+
+    Args:
+        data: the first bytes read on the connection (one read; possibly fewer than a header).
+        peer: ``host:port``, for the message.
+
+    Raises:
+        TLSError: ``data`` is a TLS record: the peer is a TLS endpoint.
+        ProtocolError: ``data`` cannot start a BlazingMQ event; the message says
+            ``not a BlazingMQ broker`` and shows (printably) the first bytes it sent.
+
+    Thread-safety: a pure function.
+    """
+    shown = bytes(data[:_EXCERPT_SIZE])
+    excerpt = f"{shown!r}{'...' if len(data) > _EXCERPT_SIZE else ''}"
+    if looks_like_tls(data):
+        raise TLSError(f"{peer} is not a BlazingMQ broker speaking plaintext: it answered with TLS ({excerpt}): it is "
+                       f"a TLS endpoint, set SessionOptions(tls=...)")
+    reason = _not_an_event(data)
+    if reason:
+        raise ProtocolError(f"{peer} is not a BlazingMQ broker: it answered {excerpt}, which does not start a "
+                            f"BlazingMQ event ({reason})")

@@ -28,6 +28,7 @@ import threading
 import time
 from typing import List, Optional, Union
 
+from ._protocol import looks_like_tls
 from .exceptions import InvalidArgumentError, TLSError
 from .exceptions import TimeoutError as BmqTimeoutError
 
@@ -117,12 +118,6 @@ def server_context(cert_file: PathLike, key_file: Optional[PathLike] = None, *,
         _load("client CA certificates", context.load_verify_locations, client_ca_file)
         context.verify_mode = ssl.CERT_REQUIRED
     return context
-
-
-def looks_like_tls(data: Union[bytes, bytearray, memoryview]) -> bool:
-    """Whether ``data`` starts like a TLS record (a handshake or an alert, TLS 1.x): what a TLS
-    endpoint sends to a plaintext client, and what a TLS client sends to a plaintext server."""
-    return len(data) >= 3 and data[0] in (0x15, 0x16) and data[1] == 3 and data[2] <= 4
 
 
 class TLSChannel:

@@ -23,7 +23,8 @@ import time
 from typing import Any, Callable, Deque, List, Optional, Protocol, Set, Tuple
 
 from . import _codec
-from ._tls import TLSChannel, looks_like_tls
+from ._protocol import check_first_answer
+from ._tls import TLSChannel
 from .exceptions import BandwidthLimitError, ConnectionError, ConnectionLost, Error, InvalidURIError, TLSError
 
 __all__ = ["Transport", "parse_broker_address"]
@@ -650,9 +651,8 @@ class Transport:
         if tls is not None:
             events = self._frames.feed(tls.decrypt(self._view[:size]))
         else:
-            if not self.bytes_in and looks_like_tls(self._view[:size]):
-                raise TLSError(f"{self.address[0]}:{self.address[1]} answered with TLS: it is a TLS endpoint, "
-                               f"set SessionOptions(tls=...)")
+            if not self.bytes_in:
+                check_first_answer(self._view[:size], f"{self.address[0]}:{self.address[1]}")
             events = self._frames.feed(self._view[:size])
         self.bytes_in += size
         self.events_in += len(events)

@@ -295,3 +295,17 @@ def test_bench_first_line_names_the_broker_given(broker_address):
                      "--uri", f"bmq://bmq.test.mem.priority/cli-bench-{time.monotonic_ns()}")
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode().splitlines()[0] == f"bmq bench: via broker {broker_address} (--broker)"
+
+
+def test_a_peer_that_is_not_a_broker_is_one_line_saying_so():
+    from tests.integration.test_not_a_broker import HTTP_ANSWER, AnsweringServer
+
+    server = AnsweringServer(HTTP_ANSWER)
+    try:
+        for command in (["post", "bmq://bmq.test.mem.priority/x"], ["admin", "HELP"]):
+            result = run_cli(*command, "--broker", server.address, "--connect-timeout", "20", timeout=60)
+            lines = result.stderr.decode().strip().splitlines()
+            assert result.returncode == 2 and len(lines) == 1, lines
+            assert "not a BlazingMQ broker" in lines[0] and "HTTP/1.1 400 Bad Request" in lines[0]
+    finally:
+        server.close()
