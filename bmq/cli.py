@@ -51,6 +51,7 @@ AUTH_DATA_VARIABLE = "BMQ_AUTH_DATA"
 BROKER_VARIABLE = "BMQ_BROKER_URI"  # the official SDK's
 DEFAULT_BROKER = "tcp://localhost:30114"  # bmq.Session()'s and the official SDK's
 EXIT_INTERRUPTED = 130  # a shell's code for a command ended by SIGINT
+EXIT_BROKEN_PIPE = 141  # ... and by SIGPIPE (the reader of its output went away)
 EMBEDDED_HELP = ("start a temporary embedded broker in this process for this one command (what it holds is "
                  "gone when the command ends)")
 _PROPERTY_TYPES = ("bool", "char", "short", "int32", "int64", "string", "binary")
@@ -140,7 +141,7 @@ def broker_choice(args: argparse.Namespace) -> Tuple[Optional[List[str]], str]:
 
 
 @contextlib.contextmanager
-def chosen_broker(args: argparse.Namespace) -> Iterator[Union[str, List[str]]]:
+def chosen_broker(args: argparse.Namespace) -> Iterator[Union[str, Sequence[str]]]:
     """The address (or addresses) a client command connects to, per :func:`broker_choice`; with
     ``--embedded``, an embedded broker's, running in this process for the block."""
     from .broker import broker_address
@@ -187,7 +188,8 @@ def session_options(args: argparse.Namespace) -> "bmq.SessionOptions":
 
 def parse_property(text: str) -> Tuple[str, object, str]:
     """``name=value`` (a string) or ``name:type=value`` with type one of bool, char, short,
-    int32, int64, string, binary (binary values in hex)."""
+    int32, int64, string, binary (binary values in hex, with or without ``0x``: ``00ff10``,
+    ``0x00FF10``)."""
     key, sep, raw = text.partition("=")
     if not sep or not key:
         raise CommandError(f"--property {text!r}: expected name=value or name:type=value")
@@ -205,7 +207,11 @@ def parse_property(text: str) -> Tuple[str, object, str]:
         elif type_name == "char":
             value = raw.encode("latin-1")
         elif type_name == "binary":
-            value = bytes.fromhex(raw)
+            digits = raw[2:] if raw[:2].lower() == "0x" else raw
+            try:
+                value = bytes.fromhex(digits)
+            except ValueError:
+                raise ValueError("binary values are hex digits, with or without 0x (e.g. 0x00ff10)") from None
         else:
             value = raw
     except ValueError as exc:
@@ -259,12 +265,13 @@ def cmd_post(args: argparse.Namespace) -> int:
     progress = Progress("post", count)
     per_thread_rate = args.rate / args.threads if args.rate else None
     errors: List[BaseException] = []
+    interrupted = threading.Event()  # Ctrl-C: the posting threads post no more
 
     def worker(index: int, share: int, queue) -> None:
         start = time.monotonic()
         sent = 0
         try:
-            while sent < share:
+            while sent < share and not interrupted.is_set():
                 n = min(args.batch, share - sent)
                 if per_thread_rate:
                     n = min(n, max(1, int(per_thread_rate / 10)))
@@ -290,15 +297,29 @@ def cmd_post(args: argparse.Namespace) -> int:
         queue = session.open_queue(args.uri, write=True)
         shares = [count // args.threads + (1 if i < count % args.threads else 0) for i in range(args.threads)]
         started = time.monotonic()
-        threads = [threading.Thread(target=worker, args=(i, share, queue), name=f"bmq-cli-post-{i}")
+        threads = [threading.Thread(target=worker, args=(i, share, queue), name=f"bmq-cli-post-{i}", daemon=True)
                    for i, share in enumerate(shares)]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+        figures = None  # the queue's statistics when interrupted
+        try:
+            for thread in threads:
+                thread.join()
+        except KeyboardInterrupt:
+            interrupted.set()
+            # The broker's answers so far; leaving the block stops the session, which fails
+            # (locally) the posts still waiting for theirs.
+            figures = session.stats().queues.get(queue.uri)
         elapsed = max(time.monotonic() - started, 1e-9)
         final_stats = session.stats() if args.stats else None
     progress.close()
+    if interrupted.is_set():
+        acked_so_far = figures.acked.get("SUCCESS", 0) if figures is not None else 0
+        unanswered = figures.in_flight if figures is not None else 0
+        print(f"bmq post: interrupted: {acked_so_far} of {count} messages acknowledged by the broker"
+              + (f", {unanswered} posted without an answer yet (the broker may have stored them)" if unanswered else ""),
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     if final_stats is not None:
         print(final_stats.table(), file=sys.stderr)
     if errors:
@@ -353,6 +374,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
                 received += len(batch)
                 out.write(batch.payloads)
                 if not args.no_confirm:
+                    out.flush()  # confirmed once written out: a closed pipe leaves them in the queue
                     batch.confirm()
                 progress.advance(len(batch))
         else:
@@ -365,12 +387,13 @@ def cmd_consume(args: argparse.Namespace) -> int:
                 if not args.no_confirm:
                     pending.append(msg)
                     if len(pending) >= 256:
+                        out.flush()  # as above
                         session.confirm_many(pending)
                         pending = []
                 progress.advance()
+        out.flush()
         if pending:
             session.confirm_many(pending)
-        out.flush()
         final_stats = session.stats() if args.stats else None
     progress.close()
     if final_stats is not None:
@@ -397,6 +420,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _bench.make_payload(args.size)  # validates --size before anything starts
     except ValueError as exc:
         raise CommandError(str(exc)) from None
+    if args.plot:
+        _pyplot()  # not a whole run to learn at the end that matplotlib is missing
     results = []
     # A broker in this process would share the GIL with the client being measured.
     with broker_address(args.broker, separate_process=True) as address:
@@ -453,7 +478,12 @@ def _machine() -> dict:
     return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
 
 
-def _plot(results, path: str) -> None:
+def _pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files.
+
+    Raises:
+        CommandError: matplotlib is not installed.
+    """
     try:
         import matplotlib
 
@@ -461,7 +491,11 @@ def _plot(results, path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise CommandError("--plot needs matplotlib: pip install 'bmq[bench]'") from None
-    fig, (hist, line) = plt.subplots(1, 2, figsize=(12, 4.5))
+    return plt
+
+
+def _plot(results, path: str) -> None:
+    fig, (hist, line) = _pyplot().subplots(1, 2, figsize=(12, 4.5))
     for result in results:
         hist.hist(result.latencies_sample_us, bins=100, alpha=0.6, label=result.client)
         line.plot([i * 0.1 for i in range(len(result.timeline))], result.timeline, label=result.client)
@@ -608,7 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--file", help="post this file's content")
     source.add_argument("--stdin", action="store_true", help="post each line of standard input")
     post.add_argument("--property", action="append", metavar="NAME[:TYPE]=VALUE",
-                      help=f"message property; TYPE one of {', '.join(_PROPERTY_TYPES)} (default string)")
+                      help=f"message property; TYPE one of {', '.join(_PROPERTY_TYPES)} (default string); "
+                           f"binary values in hex, with or without 0x (e.g. blob:binary=0x00ff10)")
     post.add_argument("--compression", choices=["none", "zlib"], default="none")
     post.add_argument("--rate", type=_positive_float, help="messages per second in total (default: as fast as possible)")
     post.add_argument("--threads", type=_positive_int, default=1, help="posting threads (default 1)")
@@ -686,7 +721,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader of stdout went away (``bmq admin ... | head``): stop quietly, as a
+        # command killed by SIGPIPE would; stdout goes to /dev/null so that the interpreter's
+        # final flush does not complain either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
     except Exception as exc:
         if args.debug:
             raise

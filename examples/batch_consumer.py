@@ -11,7 +11,7 @@ are there for the messages you need one by one.
 """
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 from typing import Optional, Tuple
 
@@ -54,4 +54,6 @@ def main(broker: Optional[str] = None, idle_timeout: float = 1.0) -> Tuple[int, 
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else None)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("broker", nargs="?", help="a broker, e.g. tcp://localhost:30114 (default: an embedded one)")
+    main(parser.parse_args().broker)

@@ -5,7 +5,7 @@ embedded broker and first posts a few messages so there is something to receive.
 """
 from __future__ import annotations
 
-import sys
+import argparse
 import threading
 from typing import List, Optional
 
@@ -49,4 +49,6 @@ def main(broker: Optional[str] = None, idle_timeout: float = 1.0) -> List[bytes]
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else None)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("broker", nargs="?", help="a broker, e.g. tcp://localhost:30114 (default: an embedded one)")
+    main(parser.parse_args().broker)

@@ -5,7 +5,7 @@ embedded broker for the duration of the example.
 """
 from __future__ import annotations
 
-import sys
+import argparse
 from typing import List, Optional
 
 import bmq
@@ -30,4 +30,6 @@ def main(broker: Optional[str] = None) -> List[bmq.Ack]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else None)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("broker", nargs="?", help="a broker, e.g. tcp://localhost:30114 (default: an embedded one)")
+    main(parser.parse_args().broker)

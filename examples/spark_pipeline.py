@@ -6,6 +6,7 @@ it starts the embedded broker. Needs ``pip install 'bmq[spark]'`` and Java 17+.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -111,4 +112,6 @@ def main(broker: Optional[str] = None) -> int:
 
 
 if __name__ == "__main__":
-    print(f"{main(sys.argv[1] if len(sys.argv) > 1 else None)} priced orders read back")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("broker", nargs="?", help="a broker, e.g. tcp://localhost:30114 (default: an embedded one)")
+    print(f"{main(parser.parse_args().broker)} priced orders read back")

@@ -6,7 +6,7 @@ a higher priority, and every other order. See docs/subscriptions.md for the lang
 """
 from __future__ import annotations
 
-import sys
+import argparse
 from typing import Dict, List, Optional
 
 import bmq
@@ -38,4 +38,6 @@ def main(broker: Optional[str] = None, idle_timeout: float = 1.0) -> Dict[str, L
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else None)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("broker", nargs="?", help="a broker, e.g. tcp://localhost:30114 (default: an embedded one)")
+    main(parser.parse_args().broker)

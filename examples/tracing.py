@@ -8,7 +8,7 @@ the trace as a tree.
 """
 from __future__ import annotations
 
-import sys
+import argparse
 import threading
 from typing import Any, Dict, List, Optional
 
@@ -76,4 +76,6 @@ def main(broker: Optional[str] = None) -> List[Any]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else None)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("broker", nargs="?", help="a broker, e.g. tcp://localhost:30114 (default: an embedded one)")
+    main(parser.parse_args().broker)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +18,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def run_cli(*args: str, timeout: float = 120, stdin: bytes = b"", **environment: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **environment)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(environment)
     return subprocess.run([sys.executable, "-m", "bmq", *args], input=stdin, capture_output=True,
                           timeout=timeout, env=env, cwd=ROOT)
 
@@ -31,7 +34,7 @@ def test_post_then_consume_round_trips_payloads_and_properties(broker):
     uri = "bmq://bmq.test.mem.priority/cli-roundtrip"
     posted = run_cli("post", uri, "--broker", broker.address, "--count", "50", "--size", "32",
                      "--property", "kind=order", "--property", "n:int32=7", "--property", "flag:bool=true",
-                     "--property", "blob:binary=00ff10")
+                     "--property", "blob:binary=00ff10", "--property", "tag:binary=0xBEEF")
     assert posted.returncode == 0, posted.stderr.decode()
     assert b"50 acked, 0 failed" in posted.stdout
 
@@ -42,8 +45,9 @@ def test_post_then_consume_round_trips_payloads_and_properties(broker):
     expected = sorted((b"%010d" % i).ljust(32, b".").decode() for i in range(50))
     assert sorted(r["data"] for r in records) == expected
     for record in records:
-        assert record["properties"] == {"kind": "order", "n": 7, "flag": True, "blob": "AP8Q"}
-        assert record["property_types"] == {"kind": "STRING", "n": "INT32", "flag": "BOOL", "blob": "BINARY"}
+        assert record["properties"] == {"kind": "order", "n": 7, "flag": True, "blob": "AP8Q", "tag": "vu8="}
+        assert record["property_types"] == {"kind": "STRING", "n": "INT32", "flag": "BOOL", "blob": "BINARY",
+                                            "tag": "BINARY"}
         assert len(record["guid"]) == 32
     # everything was confirmed: nothing left for a second consumer
     again = run_cli("consume", uri, "--broker", broker.address, "--timeout", "0.5")
@@ -309,3 +313,92 @@ def test_a_peer_that_is_not_a_broker_is_one_line_saying_so():
             assert "not a BlazingMQ broker" in lines[0] and "HTTP/1.1 400 Bad Request" in lines[0]
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("text", ["b:binary=00ff10", "b:binary=0x00FF10", "b:binary=0X00ff10", "b:binary=00 ff 10"])
+def test_binary_properties_are_hex_with_or_without_0x(text):
+    from bmq.cli import parse_property
+
+    assert parse_property(text) == ("b", b"\x00\xff\x10", "BINARY")
+
+
+def test_a_binary_property_that_is_not_hex_says_what_is_expected():
+    result = run_cli("post", "bmq://bmq.test.mem.priority/x", "--broker", "tcp://127.0.0.1:1",
+                     "--property", "b:binary=0xZZ")
+    assert result.returncode == 2 and b"hex digits, with or without 0x" in result.stderr
+
+
+def closed_pipe() -> int:
+    """The write end of a pipe whose reader is already gone (as after ``| head`` exits)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    return write_end
+
+
+def test_output_to_a_closed_pipe_ends_quietly_and_confirms_nothing_unwritten(broker):
+    uri = "bmq://bmq.test.mem.priority/cli-closed-pipe"
+    assert run_cli("post", uri, "--broker", broker.address, "--count", "3").returncode == 0
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for command in (["admin", "--broker", broker.address, "HELP"],
+                    ["consume", uri, "--broker", broker.address, "--count", "3", "--timeout", "10"]):
+        stdout = closed_pipe()
+        try:
+            result = subprocess.run([sys.executable, "-m", "bmq", *command], stdout=stdout, stderr=subprocess.PIPE,
+                                    timeout=120, env=env, cwd=ROOT)
+        finally:
+            os.close(stdout)
+        assert result.returncode == 141 and result.stderr == b"", (command, result.stderr.decode())
+    assert len(broker.queue_messages(uri)) == 3  # what could not be written stays in the queue
+
+
+def test_plot_without_matplotlib_fails_before_running(tmp_path):
+    (tmp_path / "matplotlib.py").write_text("raise ImportError('hidden by the test')\n")
+    result = run_cli("bench", "--count", "100", "--plot", str(tmp_path / "out.png"),
+                     PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
+    lines = result.stderr.decode().strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "--plot needs matplotlib" in lines[0], lines
+    assert result.stdout == b""  # no broker started, nothing measured
+
+
+def test_connect_timeout_bounds_a_broker_that_never_answers():
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts; nobody answers
+        address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        result = run_cli("post", "bmq://bmq.test.mem.priority/x", "--broker", address, "--connect-timeout", "1",
+                         timeout=60)
+    lines = result.stderr.decode().strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "within 1 s" in lines[0], lines
+    assert time.monotonic() - started < 30
+
+
+def test_ctrl_c_during_post_says_how_many_were_acknowledged(broker_address):
+    import bmq
+
+    uri = f"bmq://bmq.test.mem.priority/cli-interrupted-{time.monotonic_ns()}"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with bmq.Session(broker_address) as session:
+        consumer = session.open_queue(uri, read=True)
+        # 20 messages per batch at 200/s; a poster sends a batch once the previous one is all
+        # acknowledged, so the 21st message here proves 20 acknowledged.
+        post = subprocess.Popen([sys.executable, "-m", "bmq", "post", uri, "--broker", broker_address,
+                                 "--count", "100000", "--rate", "200"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, cwd=ROOT)
+        try:
+            for _ in range(21):
+                message = consumer.get(timeout=60)
+                assert message is not None, post.stderr.read1(4096) if post.poll() is not None else "no message"
+                message.confirm()
+            post.send_signal(signal.SIGINT)
+            out, err = post.communicate(timeout=60)
+        finally:
+            if post.poll() is None:
+                post.kill()
+        received = 21
+        while consumer.get(timeout=2) is not None:  # what the broker stored before the session stopped
+            received += 1
+    assert post.returncode == 130, err.decode()
+    match = re.fullmatch(r"bmq post: interrupted: (\d+) of 100000 messages acknowledged by the broker(, \d+ posted "
+                         r"without an answer yet \(the broker may have stored them\))?\n", err.decode())
+    assert match, err.decode()
+    assert 20 <= int(match.group(1)) <= received
+    assert out == b""

@@ -1,7 +1,11 @@
 """The examples run against the embedded broker and do what they say."""
 from __future__ import annotations
 
+import ast
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +64,15 @@ def test_subscriptions_example_routes_big_eu_orders_to_their_subscription(capsys
     assert sorted(received["big EU"]) == [b"EU-100", b"EU-150", b"EU-999"]
     assert sorted(received["other"]) == [b"APAC-1", b"EU-5", b"EU-99", b"US-150", b"US-7"]
     assert "refused: invalid subscription expression 'region = \"EU\"'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.py")), ids=lambda path: path.stem)
+def test_every_example_takes_help(path):
+    if path.stem == "tracing":
+        pytest.importorskip("opentelemetry.sdk", reason="opentelemetry-sdk (the test extra) is not installed")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(EXAMPLES.parent), os.environ.get("PYTHONPATH")])))
+    result = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: {path.name} [-h] [broker]")
+    summary = ast.get_docstring(ast.parse(path.read_text())).splitlines()[0]
+    assert summary in result.stdout
