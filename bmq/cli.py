@@ -596,7 +596,8 @@ def connection_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--tls-cert", metavar="FILE", help="with --tls-ca: a client certificate (PEM)")
     command.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
     command.add_argument("--connect-timeout", type=_positive_float, metavar="SECONDS",
-                         help="seconds to connect and negotiate with each broker address (default 30)")
+                         help="seconds to connect and negotiate with each broker address (default 30; "
+                              "admin: its --timeout)")
     command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
