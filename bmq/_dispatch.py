@@ -231,7 +231,10 @@ def fail_future(future: "Future[Any]", exc: BaseException) -> None:
 def logging_configured(log: logging.Logger) -> bool:
     """Whether a record of ``log`` reaches a handler the application installed: a handler
     other than a ``NullHandler`` on ``log`` or on an ancestor it propagates to (``bmq`` itself
-    has only a ``NullHandler``, so this is False until the application configures logging)."""
+    has only a ``NullHandler``, so this is False until the application configures logging).
+
+    Thread-safety: any thread (it reads the loggers' handler lists, as logging itself does).
+    """
     current: Optional[logging.Logger] = log
     while current is not None:
         if any(not isinstance(handler, logging.NullHandler) for handler in current.handlers):
@@ -251,6 +254,12 @@ def report_callback_error(fn: Callable[..., Any], exc: BaseException) -> None:
     A ``SystemExit`` or ``KeyboardInterrupt`` is reported the same way: raised in the dispatcher
     thread it could not end the process anyway (only the main thread's can), and ending the
     dispatcher would strand every later callback. The report says so.
+
+    Args:
+        fn: the callback (named in the report by its qualified name).
+        exc: what it raised.
+
+    Thread-safety: any thread (the dispatcher's, in practice); never raises.
     """
     name = getattr(fn, "__qualname__", None) or repr(fn)
     text = f"bmq callback {name} raised {type(exc).__name__} in thread {threading.current_thread().name}; " \
@@ -314,7 +323,6 @@ class Dispatcher:
                 fn(*args)
             except BaseException as exc:  # noqa: B902 - user code: report it and go on (see the class doc)
                 report_callback_error(fn, exc)
-                del exc  # the traceback holds the callback's frames (and the message) alive
             if self._slow and self._queue.qsize() <= self._low:
                 self._slow = False
                 self._on_slow(False)
