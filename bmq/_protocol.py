@@ -73,17 +73,20 @@ def _not_an_event(data: Union[bytes, bytearray, memoryview]) -> str:
     return ""
 
 
-def check_first_answer(data: Union[bytes, bytearray, memoryview], peer: str) -> None:
-    """Check the first bytes read from a broker (a plaintext connection): a peer that is not a
-    BlazingMQ broker (an HTTP server, a TLS endpoint, anything else) is named as such, with what
+def check_first_answer(data: Union[bytes, bytearray, memoryview], peer: str, *, over_tls: bool = False) -> None:
+    """Check the first bytes read from a broker: a peer that is not a BlazingMQ broker (an HTTP
+    server, a TLS endpoint to a plaintext client, anything else) is named as such, with what
     it sent, at once rather than as a framing error or a negotiation timeout.
 
     Args:
-        data: the first bytes read on the connection (one read; possibly fewer than a header).
+        data: the first bytes read on the connection (one read; possibly fewer than a header);
+            over TLS, the first plaintext.
         peer: ``host:port``, for the message.
+        over_tls: ``data`` came through TLS (then a TLS record in it is not taken for a TLS
+            endpoint).
 
     Raises:
-        TLSError: ``data`` is a TLS record: the peer is a TLS endpoint.
+        TLSError: on a plaintext connection, ``data`` is a TLS record: the peer is a TLS endpoint.
         ProtocolError: ``data`` cannot start a BlazingMQ event; the message says
             ``not a BlazingMQ broker`` and shows (printably) the first bytes it sent.
 
@@ -91,7 +94,7 @@ def check_first_answer(data: Union[bytes, bytearray, memoryview], peer: str) -> 
     """
     shown = bytes(data[:_EXCERPT_SIZE])
     excerpt = f"{shown!r}{'...' if len(data) > _EXCERPT_SIZE else ''}"
-    if looks_like_tls(data):
+    if not over_tls and looks_like_tls(data):
         raise TLSError(f"{peer} is not a BlazingMQ broker speaking plaintext: it answered with TLS ({excerpt}): it is "
                        f"a TLS endpoint, set SessionOptions(tls=...)")
     reason = _not_an_event(data)

@@ -28,7 +28,7 @@ import threading
 import time
 from typing import List, Optional, Union
 
-from ._protocol import looks_like_tls
+from ._protocol import check_first_answer, looks_like_tls
 from .exceptions import InvalidArgumentError, TLSError
 from .exceptions import TimeoutError as BmqTimeoutError
 
@@ -143,6 +143,7 @@ class TLSChannel:
             raise InvalidArgumentError(f"cannot start TLS with {peer}: {exc}") from exc
         self._lock = threading.Lock()
         self._peer = peer
+        self._answer_unchecked = not server_side  # a client checks the broker's first plaintext
         self.peer_closed = False
         """The peer ended the TLS stream (close_notify): what came before it was decrypted, and
         the connection is over even while its TCP socket stays open (a terminator waits for
@@ -252,6 +253,9 @@ class TLSChannel:
         Raises:
             TLSError: a record failed (tampered with, or an alert from the peer: e.g. a client
                 certificate refused after a TLS 1.3 handshake).
+            ProtocolError: on a client's end, the first plaintext is not a BlazingMQ event: the
+                peer is not a BlazingMQ broker (e.g. an HTTPS server); see
+                :func:`bmq._protocol.check_first_answer`.
         """
         chunks: List[bytes] = []
         with self._lock:
@@ -276,7 +280,11 @@ class TLSChannel:
                 self.peer_closed = True  # its close_notify: it sends nothing more
             except ssl.SSLError as exc:
                 raise TLSError(_read_error(self._peer, exc)) from exc
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        plain = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if self._answer_unchecked and plain:
+            self._answer_unchecked = False
+            check_first_answer(plain, self._peer, over_tls=True)
+        return plain
 
 
 def _read_error(peer: str, exc: ssl.SSLError) -> str:

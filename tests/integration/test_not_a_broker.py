@@ -124,6 +124,19 @@ def test_a_tls_endpoint_closing_on_a_plaintext_client_says_tls(certificates, ser
     assert "SessionOptions(tls=...)" in str(error), str(error)
 
 
+def test_an_https_server_reached_with_tls_is_not_a_blazingmq_broker(certificates):
+    server = AnsweringServer(HTTP_ANSWER, tls=tls_server_context(certificates["server"], certificates["server.key"]))
+    started = time.monotonic()
+    try:
+        with pytest.raises(bmq.ProtocolError) as caught:
+            bmq.Session(server.address, bmq.SessionOptions(connect_timeout=CONNECT_TIMEOUT,
+                                                           tls=bmq.tls_context(certificates["ca"])))
+    finally:
+        server.close()
+    assert time.monotonic() - started < PROMPTLY
+    assert "not a BlazingMQ broker" in str(caught.value) and "HTTP/1.1 400 Bad Request" in str(caught.value)
+
+
 def test_a_brokers_first_answer_passes_the_check():
     negotiation = _schema.encode_event({"brokerResponse": {"result": {"category": "E_SUCCESS"}}}, 1, "negotiation")
     check_first_answer(negotiation, "broker:1")
