@@ -143,7 +143,8 @@ def broker_choice(args: argparse.Namespace) -> Tuple[Optional[List[str]], str]:
 @contextlib.contextmanager
 def chosen_broker(args: argparse.Namespace) -> Iterator[Union[str, Sequence[str]]]:
     """The address (or addresses) a client command connects to, per :func:`broker_choice`; with
-    ``--embedded``, an embedded broker's, running in this process for the block."""
+    ``--embedded``, an embedded broker's, running in this process for the block. How the
+    address was chosen goes to ``args.broker_source``, for :func:`main`'s error message."""
     from .broker import broker_address
 
     addresses, args.broker_source = broker_choice(args)
