@@ -19,8 +19,8 @@ from bmq.broker import Broker, tls_server_context
 
 HTTP_ANSWER = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 TLS_ALERT = b"\x15\x03\x03\x00\x02\x02\x46"  # TLS 1.2 record: fatal alert, protocol_version
-CONNECT_TIMEOUT = 20.0  # the bound the error must come well within
-PROMPTLY = 10.0  # on a loaded machine; a timeout would take CONNECT_TIMEOUT
+CONNECT_TIMEOUT = 30.0  # the bound the error must come well within
+PROMPTLY = 15.0  # on a loaded machine; a timeout would take CONNECT_TIMEOUT
 
 
 class AnsweringServer:
