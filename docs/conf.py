@@ -28,7 +28,7 @@ import inspect
 import re
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from sphinx.domains.python import PythonDomain
 
@@ -210,7 +210,7 @@ def _summary(names: List[str]) -> List[str]:
 
 def write_api_pages() -> None:
     api = GENERATED / "api"
-    placed = set()
+    placed: Set[str] = set()
     for page, title, module_name, names, intro in REFERENCE_PAGES:
         names = names if names is not None else reference_names(module_name)
         placed.update(f"{module_name}.{name}" for name in names)
@@ -313,7 +313,7 @@ def skip_member(app: Any, what: str, name: str, obj: Any, skip: bool, options: A
     """Leave out a namedtuple's fields (the class's ``Attributes`` section describes them; their
     own docstring is ``Alias for field number N``) and the internal members."""
     doc = getattr(obj, "__doc__", None) or ""
-    if isinstance(obj, property) and doc.startswith("Alias for field number "):
+    if doc.startswith("Alias for field number "):
         return True
     if getattr(obj, "__qualname__", None) in INTERNAL_MEMBERS:
         return True

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple, Union
 
 import bmq
 from bmq.broker import broker_address
@@ -29,7 +29,7 @@ async def produce(queue: bmq.Queue, payloads: List[bytes]) -> List[bmq.Ack]:
 
 async def consume(inbox: "asyncio.Queue[bmq.Message]", count: int) -> List[bytes]:
     """Take ``count`` messages from ``inbox`` on the event loop, confirming each one."""
-    received = []
+    received: List[bytes] = []
     while len(received) < count:
         message = await asyncio.wait_for(inbox.get(), timeout=10)
         received.append(message.data)
@@ -37,7 +37,7 @@ async def consume(inbox: "asyncio.Queue[bmq.Message]", count: int) -> List[bytes
     return received
 
 
-async def run(address: str, count: int = 10) -> Tuple[List[bmq.Ack], List[bytes]]:
+async def run(address: Union[str, Sequence[str]], count: int = 10) -> Tuple[List[bmq.Ack], List[bytes]]:
     loop = asyncio.get_running_loop()
     inbox: "asyncio.Queue[bmq.Message]" = asyncio.Queue()
 
