@@ -35,7 +35,13 @@ from sphinx.domains.python import PythonDomain
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 GENERATED = DOCS / "_generated"
-sys.path.insert(0, str(ROOT))
+if any(path.suffix in (".so", ".pyd") for path in (ROOT / "bmq").glob("_codec.*")):
+    # Built in place (pip install -e .): document this tree.
+    sys.path.insert(0, str(ROOT))
+else:
+    # An unbuilt clone (pip install ".[docs]" installed bmq elsewhere): it must not shadow the
+    # installed package (``python -m sphinx`` puts the working directory first).
+    sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != ROOT]
 
 from sphinx.ext.autodoc.mock import mock  # noqa: E402
 from sphinx.ext.napoleon.docstring import GoogleDocstring  # noqa: E402
