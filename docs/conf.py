@@ -78,6 +78,8 @@ myst_heading_anchors = 3
 html_theme = "furo"
 html_title = f"bmq {release}"
 html_short_title = "bmq"
+html_static_path = ["_static"]
+html_css_files = ["bmq.css"]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
