@@ -144,6 +144,8 @@ RECEIVED_CLASSES = {
     "bmq.ClusterStatus", "bmq.DomainInfo", "bmq.PartitionStatus", "bmq.PurgeResult",
     "bmq.broker.ClientSession", "bmq.broker.Faults", "bmq.broker.StoredMessage",
     "bmq.compat.Ack", "bmq.compat.Message", "bmq.compat.MessageHandle",
+    # Spark constructs it (the application registers the class).
+    "bmq.spark.BlazingMQDataSource",
 }
 # Public by Python's rules, internal by use (qualified names): not in the reference.
 INTERNAL_MEMBERS = {"SessionStats.of"}
@@ -330,9 +332,10 @@ def skip_member(app: Any, what: str, name: str, obj: Any, skip: bool, options: A
 
 def hide_constructor(app: Any, what: str, name: str, obj: Any, options: Any, signature: Optional[str],
                      return_annotation: Optional[str]) -> Optional[Tuple[str, Optional[str]]]:
-    """A class the application receives (or an enum) is shown without constructor parameters."""
+    """A class the application receives (an event, an enum...) is shown without constructor
+    parameters."""
     if what in ("class", "exception") and inspect.isclass(obj) and (
-            name in RECEIVED_CLASSES or issubclass(obj, __import__("enum").Enum)):
+            name in RECEIVED_CLASSES or obj.__module__ == "bmq.events" or issubclass(obj, __import__("enum").Enum)):
         return "", None
     return None
 
