@@ -107,7 +107,7 @@ def public_names() -> Iterator[Tuple[str, str]]:
 
 
 GUIDE = ["getting-started", "producing", "consuming", "subscriptions", "threads", "high-availability", "outbox",
-         "security", "observability", "asyncio", "spark", "compat", "cli", "benchmarks"]
+         "security", "observability", "asyncio", "spark", "compat", "broker-and-admin", "cli", "benchmarks"]
 
 
 def _text(page: Path) -> str:
