@@ -240,8 +240,9 @@ def write_api_pages() -> None:
              *_title("Also in ``bmq``", "-"), ".. currentmodule:: bmq", ""]
     lines += [_entry("bmq", name) + "\n" for name in rest]
     # bmq re-exports bmq.exceptions: an entry for each, so that ``bmq.X`` resolves too.
-    lines += ["The exceptions, importable from ``bmq`` too: "
-              + ", ".join(f":exc:`bmq.exceptions.{name}`" for name in bmq.exceptions.__all__) + ".", ""]
+    lines += [*_title("Exceptions, importable from ``bmq`` too", "-"),
+              "Each is the class of the same name in :doc:`exceptions`: ``bmq.TimeoutError`` is "
+              ":exc:`bmq.exceptions.TimeoutError`.", ""]
     lines += [f".. py:exception:: {name}\n   :no-index-entry:\n   :no-contents-entry:\n\n"
               f"   The same class as :exc:`bmq.exceptions.{name}`.\n" for name in bmq.exceptions.__all__]
     _write(api / "index.rst", "\n".join(lines))
