@@ -290,10 +290,11 @@ class Admin:
 
     Raises:
         InvalidURIError: a malformed ``broker`` address.
-        ConnectionError: the broker cannot be reached (TLSError: the TLS handshake failed, and
-            why). ClosedByBroker: it refused the admin
-            connection (AuthenticationError: the credential). TimeoutError: no negotiation
-            answer within ``timeout``.
+        ConnectionError: the broker cannot be reached.
+        TLSError: the TLS handshake failed, and why.
+        ClosedByBroker: it refused the admin connection.
+        AuthenticationError: it refused the credential.
+        TimeoutError: no negotiation answer within ``timeout``.
 
     Thread-safety: every method may be called from any thread, several at once.
     """
@@ -359,8 +360,9 @@ class Admin:
             AdminCommandError: the broker could not parse the command, or answered a JSON
                 error (a plain-text answer cannot be told from an error in general: ask for
                 JSON, or use the helpers, to have every error raised).
-            TimeoutError: no answer within ``timeout``. ConnectionLost: the connection went
-                away. SessionClosedError: :meth:`close` was called.
+            TimeoutError: no answer within ``timeout``.
+            ConnectionLost: the connection went away.
+            SessionClosedError: :meth:`close` was called.
         """
         if not isinstance(text, str):
             raise ArgumentTypeError(f"an admin command is a str, not a {type(text).__name__}")
@@ -379,8 +381,9 @@ class Admin:
             The answer's JSON object, e.g. ``{"clusterList": {...}}``.
 
         Raises:
-            AdminCommandError: the broker answered an error. ProtocolError: the answer is not
-                JSON. TimeoutError, ConnectionLost, SessionClosedError: as :meth:`command`.
+            AdminCommandError: the broker answered an error.
+            ProtocolError: the answer is not JSON.
+            TimeoutError, ConnectionLost, SessionClosedError: as :meth:`command`.
         """
         if not isinstance(text, str):
             raise ArgumentTypeError(f"an admin command is a str, not a {type(text).__name__}")
@@ -476,8 +479,8 @@ class Admin:
             Queue URIs, sorted.
 
         Raises:
-            AdminCommandError: an unknown domain. TimeoutError, ConnectionLost: as
-                :meth:`command`.
+            AdminCommandError: an unknown domain.
+            TimeoutError, ConnectionLost: as :meth:`command`.
         """
         names = [domain] if domain is not None else self.domains()
         return sorted(uri for name in names for uri in self.domain_info(name).queues)
@@ -494,7 +497,8 @@ class Admin:
 
         Raises:
             AdminCommandError: the broker does not know the domain (it loads one when a queue
-                of it is first opened). TimeoutError, ConnectionLost: as :meth:`command`.
+                of it is first opened).
+            TimeoutError, ConnectionLost: as :meth:`command`.
         """
         answer = self.command_json(f"DOMAINS DOMAIN {_word(domain, 'domain')} INFOS")
         info = _get(answer, "domainInfo", default={})
@@ -521,9 +525,10 @@ class Admin:
             The :class:`BrokerQueueStats`.
 
         Raises:
-            InvalidURIError: a malformed URI. AdminCommandError: the broker does not know the
-                queue (it forgets an unused queue after a while). TimeoutError,
-                ConnectionLost: as :meth:`command`.
+            InvalidURIError: a malformed URI.
+            AdminCommandError: the broker does not know the queue (it forgets an unused queue
+                after a while).
+            TimeoutError, ConnectionLost: as :meth:`command`.
         """
         parsed = parse_uri(uri)
         answer = self.command_json(f"DOMAINS DOMAIN {_word(parsed.domain, 'domain')} QUEUE "
@@ -564,7 +569,8 @@ class Admin:
             What was removed.
 
         Raises:
-            InvalidURIError: a malformed URI. AdminCommandError: an unknown queue or appId.
+            InvalidURIError: a malformed URI.
+            AdminCommandError: an unknown queue or appId.
             TimeoutError, ConnectionLost: as :meth:`command`.
         """
         parsed = parse_uri(uri)
@@ -586,8 +592,8 @@ class Admin:
             What was removed, one :class:`PurgeResult` per queue.
 
         Raises:
-            AdminCommandError: an unknown domain. TimeoutError, ConnectionLost: as
-                :meth:`command`.
+            AdminCommandError: an unknown domain.
+            TimeoutError, ConnectionLost: as :meth:`command`.
         """
         answer = self.command_json(f"DOMAINS DOMAIN {_word(domain, 'domain')} PURGE")
         return _purged(answer, f"purge of domain {domain}")

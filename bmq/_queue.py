@@ -245,8 +245,9 @@ class Queue:
             One future per payload, as :meth:`post_async`.
 
         Raises:
-            The errors of :meth:`post_async`; InvalidArgumentError for a wrong ``guids``
-            length; ArgumentTypeError (a TypeError) when ``payloads`` is one bytes/str object, not a sequence.
+            InvalidArgumentError: a wrong ``guids`` length.
+            ArgumentTypeError: (a TypeError) ``payloads`` is one bytes/str object, not a sequence.
+            Error: the other errors of :meth:`post_async`.
         """
         _check_payload_sequence(payloads)
         if not payloads:
@@ -275,8 +276,9 @@ class Queue:
             properties, property_types, compression: as :meth:`post_many_async`.
 
         Raises:
-            The errors of :meth:`post_many_async` (nothing was sent then, and ``on_done``
-            will not be called); InvalidArgumentError for an empty ``payloads``.
+            InvalidArgumentError: an empty ``payloads``.
+            Error: the errors of :meth:`post_many_async` (nothing was sent then, and ``on_done``
+                will not be called).
         """
         _check_payload_sequence(payloads)
         if not payloads:

@@ -80,10 +80,11 @@ class Session:
         on_event: shorthand for ``SessionOptions(on_event=...)``.
 
     Raises:
-        InvalidURIError: a malformed address; InvalidArgumentError: an empty list.
-        ConnectionError: no address can be reached (the message names each and its error);
-            ClosedByBroker or AuthenticationError: a broker answered and refused the session.
-            TLSError: with ``options.tls``, the handshake failed (a certificate that did not
+        InvalidURIError: a malformed address.
+        InvalidArgumentError: an empty list.
+        ConnectionError: no address can be reached (the message names each and its error).
+        ClosedByBroker, AuthenticationError: a broker answered and refused the session.
+        TLSError: with ``options.tls``, the handshake failed (a certificate that did not
             verify, named; this client's refused; a plaintext endpoint), or TLS was met
             without it.
         TimeoutError: with one address, connect + negotiation took longer than ``connect_timeout``.
@@ -361,11 +362,12 @@ class Session:
             The open :class:`bmq.Queue`.
 
         Raises:
-            InvalidURIError: bad URI syntax. InvalidArgumentError: neither read nor write, a
-                writer with ``?id=``, ``on_message`` without read, or ``batches`` without read
-                or with ``on_message``.
+            InvalidURIError: bad URI syntax.
+            InvalidArgumentError: neither read nor write, a writer with ``?id=``,
+                ``on_message`` without read, or ``batches`` without read or with ``on_message``.
             QueueStateError: this URI is already open in this session.
-            BrokerError: the broker refused. TimeoutError: no answer within ``timeout``.
+            BrokerError: the broker refused.
+            TimeoutError: no answer within ``timeout``.
             SessionClosedError: the session is stopped.
         """
         parsed = parse_uri(uri)
@@ -437,7 +439,8 @@ class Session:
         """The open :class:`bmq.Queue` for ``uri``.
 
         Raises:
-            InvalidURIError: bad syntax. QueueStateError: not open.
+            InvalidURIError: bad syntax.
+            QueueStateError: not open.
         """
         return self._lookup(uri)
 
@@ -445,7 +448,8 @@ class Session:
         """Apply new :class:`bmq.QueueOptions` to an open queue (kept for reopens).
 
         Raises:
-            QueueStateError: not open. BrokerError, TimeoutError, SessionClosedError.
+            QueueStateError: not open.
+            BrokerError, TimeoutError, SessionClosedError: as :meth:`open_queue`.
         """
         self._configure_queue(self._lookup(uri), options, timeout)
 
@@ -589,8 +593,8 @@ class Session:
         broker redelivers those messages, as the official SDKs do.
 
         Raises:
-            SessionClosedError: the session is stopped. QueueStateError: a queue is closed, or a
-                message came from another session.
+            SessionClosedError: the session is stopped.
+            QueueStateError: a queue is closed, or a message came from another session.
             BandwidthLimitError: the connection stayed above its high watermark for
                 ``channel_write_timeout``.
         """

@@ -226,7 +226,8 @@ class Session:
             None: none.
 
     Raises:
-        Error: the session could not start. BrokerTimeoutError: connecting timed out.
+        Error: the session could not start.
+        BrokerTimeoutError: connecting timed out.
         ValueError: a timeout not > 0, a negative ``stats_dump_interval``, bad watermarks.
         TypeError: ``host_health_monitor`` is neither None nor a BasicHealthMonitor.
 
@@ -280,7 +281,7 @@ class Session:
             The started session.
 
         Raises:
-            The errors of :class:`Session`.
+            Error, BrokerTimeoutError, ValueError, TypeError: as :class:`Session`.
         """
         o = session_options
         return cls(
