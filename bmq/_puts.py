@@ -365,6 +365,10 @@ class PendingPuts:
             guids = generator.generate(count) if count else b""
         elif len(guids) != 16 * count:
             raise InvalidArgumentError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
+        elif count > 1 and len(set(_codec.split_guids(guids))) != count:
+            # Checked before the outbox records them: a refused post must leave nothing there
+            # (a next process would re-send it).
+            raise InvalidArgumentError("the same GUID appears twice in one post")
         # Disconnected (read without the lock: track_and_send builds them if that changed), the
         # events would be thrown away, the reconnect re-sending from the payloads: only check.
         events = _build(queue.queue_id, guids, payloads, properties, compression, new_style,
@@ -414,11 +418,11 @@ class PendingPuts:
         An asynchronous post of one message is recorded as a :class:`OnePost` (its own
         future), any other as a :class:`Batch`.
 
-        ``caller_guids``: the GUIDs came from the caller, so check that none repeats or is
-        still pending (its first post would never be settled).
+        ``caller_guids``: the GUIDs came from the caller (none repeats: :meth:`post` checked),
+        so check that none is still pending (its first post would never be settled).
 
         Raises:
-            InvalidArgumentError: a repeated or still pending caller GUID.
+            InvalidArgumentError: a still pending caller GUID (its outbox records removed).
             BandwidthLimitError: no room within ``channel_write_timeout`` (nothing kept).
             SessionClosedError: the session stopped (before or while waiting for room): after
                 :meth:`close` nothing is recorded, as nothing would ever settle it.
@@ -439,8 +443,6 @@ class PendingPuts:
             batch = Batch(queue, keys, payloads, properties, new_style, compression, deadline, on_ack, asynchronous,
                           trace, self._await_answer if count == 1 else None, on_done)
         size = len(payloads[0]) if count == 1 else _nbytes(payloads, 0, count)
-        if caller_guids and len(set(keys)) != count:
-            raise InvalidArgumentError("the same GUID appears twice in one post")
         with self._lock:
             try:
                 if self._closed:
@@ -565,10 +567,16 @@ class PendingPuts:
                 self._settle_each(acked, answered, settled, guids)
             if self._room_waiters and len(self._pending) < before:  # room for posters, or flush()
                 self._room.notify_all()
-        if guids:
-            self._outbox.remove(guids)  # type: ignore[union-attr]
         woken: List[_codec.Latch] = []
         self._notify(settled, woken)
+        if guids:
+            try:
+                self._outbox.remove(guids)  # type: ignore[union-attr]
+            except BaseException:
+                # The answers are final and given: only the outbox keeps records a next
+                # process would re-send (the broker de-duplicates them within its window).
+                _codec.set_latches(woken)
+                raise
         return woken
 
     def _sole_batch(self, keys: List[bytes]) -> Optional[Batch]:
@@ -655,9 +663,11 @@ class PendingPuts:
                 answers[status.name] = answers.get(status.name, 0) + 1
             if taken:
                 self._room.notify_all()
-        if self._outbox is not None and status is not AckStatus.NOT_CONNECTED and taken:
-            self._outbox.remove([guid for guid, _ in taken])
-        self._notify(settled)
+        try:
+            if self._outbox is not None and status is not AckStatus.NOT_CONNECTED and taken:
+                self._outbox.remove([guid for guid, _ in taken])
+        finally:
+            self._notify(settled)  # settled under the lock: their answers are given whatever happens
         return len(taken)
 
     def expire(self) -> None:
@@ -695,17 +705,20 @@ class PendingPuts:
         Raises:
             ConnectionLost: the connection went away meanwhile (``is_current()`` is False).
         """
+        # One critical section: a post let through before the re-sends are queued would reach
+        # the wire ahead of older messages of its queue, and the ACK timer settling (and
+        # letting go of the payload of) a message being re-sent would break the re-send.
         with self._lock:
             if not is_current():
                 raise ConnectionLost("connection lost while restoring state")
             entries = list(self._pending.items())
+            if entries:
+                logger.warning("re-sending %d unacknowledged message(s)", len(entries))
+            for compression in {batch.compression for _, batch in entries}:
+                group = [(guid, batch) for guid, batch in entries if batch.compression == compression]
+                for data in self._retransmission(group, compression):
+                    transport.send_control(data)
             self._transport = transport
-        if entries:
-            logger.warning("re-sending %d unacknowledged message(s)", len(entries))
-        for compression in {batch.compression for _, batch in entries}:
-            group = [(guid, batch) for guid, batch in entries if batch.compression == compression]
-            for data in self._retransmission(group, compression):
-                transport.send_control(data)
 
     @staticmethod
     def _retransmission(group: List[Tuple[bytes, "Record"]], compression: int) -> Iterable[bytes]:
