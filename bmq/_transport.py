@@ -44,6 +44,7 @@ _READY_SOCKET = _codec.READY_SOCKET
 _READY_HANDED = _codec.READY_HANDED
 _READY_SPUN = _codec.READY_SPUN
 _wait_lead_then_ready = _codec.wait_lead_then_ready
+_get_ident = threading.get_ident
 # Where the system has them (Linux), the socket is waited on through edge-triggered epoll sets
 # (one for the reader thread, one for a poster reading in its place): a blocking poster is
 # woken by its ACK instead of by the reader thread (see Transport.wait_for).
@@ -175,7 +176,9 @@ class Transport:
         self._has_room = threading.Condition(self._lock)
         self._queue: Deque[bytes] = collections.deque()
         self._queued = 0  # bytes queued or being written by the writer thread
-        self._writing = False  # a thread is inside a socket write: the others queue
+        # The write token: the ident of the thread inside a socket write (0: none); the others
+        # queue. Taken under _lock; given back on every path (see _write_interrupted).
+        self._writing = 0
         self._last_direct = 0.0  # time.monotonic() after the last write from a sending thread
         # Blocking sends still expected from posters that one read woke together; meanwhile
         # theirs wait in the queue, and the last writes them all (see _hold_wave).
@@ -306,45 +309,51 @@ class Transport:
             ConnectionLost: the connection is closed; nothing was queued.
         """
         size = len(data)
-        with self._lock:
-            if self._queued and self._queued + size > self._high_watermark and not self._closed:
-                deadline = time.monotonic() + timeout
-                while self._queued and self._queued + size > self._high_watermark and not self._closed:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise BandwidthLimitError(
-                            f"{self._queued} bytes still waiting for the socket after {timeout:g} s"
-                        )
-                    waited = time.monotonic()
-                    self._has_room.wait(remaining)
-                    self.high_watermark_wait += time.monotonic() - waited
-            queue = self._queue
-            if self._wave and not coalesce and not self._closed:
-                self._wave -= 1
-                if self._wave:
-                    queue.append(data)  # held for the rest of the wave: no writer wake-up
-                    self._queued += size
+        took = 0  # this thread took the write token: given back on every path
+        try:
+            with self._lock:
+                if self._queued and self._queued + size > self._high_watermark and not self._closed:
+                    deadline = time.monotonic() + timeout
+                    while self._queued and self._queued + size > self._high_watermark and not self._closed:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            raise BandwidthLimitError(
+                                f"{self._queued} bytes still waiting for the socket after {timeout:g} s"
+                            )
+                        waited = time.monotonic()
+                        self._has_room.wait(remaining)
+                        self.high_watermark_wait += time.monotonic() - waited
+                queue = self._queue
+                if self._wave and not coalesce and not self._closed:
+                    self._wave -= 1
+                    if self._wave:
+                        queue.append(data)  # held for the rest of the wave: no writer wake-up
+                        self._queued += size
+                        return
+                    last_of_wave = True
+                else:
+                    last_of_wave = False
+                if self._writing or self._closed or (
+                        (queue or (coalesce and time.monotonic() - self._last_direct < _BURST))
+                        and not (coalesce and len(queue) >= _SELF_FLUSH) and not last_of_wave):
+                    self._enqueue(data)
                     return
-                last_of_wave = True
-            else:
-                last_of_wave = False
-            if self._writing or self._closed or (
-                    (queue or (coalesce and time.monotonic() - self._last_direct < _BURST))
-                    and not (coalesce and len(queue) >= _SELF_FLUSH) and not last_of_wave):
-                self._enqueue(data)
-                return
-            # Write from this thread: nothing is queued (a blocking post's latency pays no
-            # hand-off), a wave is complete, or a stream of coalescing sends has queued enough.
-            # The writer thread needs the interpreter lock, which a thread that keeps posting
-            # holds: without this, what is queued would wait for it while the broker idles.
-            if queue:
-                queue.append(data)
-                self._queued += size
-                batch, taken = self._take()
-            else:
-                batch, taken = [data], 0
-            self._writing = True
-        self._write_direct(batch, taken)
+                # Write from this thread: nothing is queued (a blocking post's latency pays no
+                # hand-off), a wave is complete, or a stream of coalescing sends has queued enough.
+                # The writer thread needs the interpreter lock, which a thread that keeps posting
+                # holds: without this, what is queued would wait for it while the broker idles.
+                if queue:
+                    queue.append(data)
+                    self._queued += size
+                    batch, taken = self._take()
+                else:
+                    batch, taken = [data], 0
+                self._writing = took = _get_ident()
+            self._write_direct(batch, taken)
+        except BaseException as e:  # noqa: B902 - a signal handler's exception included
+            if took:
+                self._write_interrupted(e)
+            raise
 
     def _hold_wave(self, posters: int) -> None:
         """The reader thread has just answered ``posters`` (two or more) blocking posts at once,
@@ -360,23 +369,41 @@ class Transport:
 
     def _release_wave(self) -> None:
         """Give up waiting for the rest of a wave: write what it held from this thread."""
-        with self._lock:
-            self._wave = 0
-            if self._writing or self._closed or not self._queue:
-                return
-            self._writing = True
-            batch, taken = self._take()
+        took = 0
         try:
+            with self._lock:
+                self._wave = 0
+                if self._writing or self._closed or not self._queue:
+                    return
+                batch, taken = self._take()
+                self._writing = took = _get_ident()
             self._write_direct(batch, taken)
         except ConnectionLost:
             pass  # the transport failed (its owner was told): the session re-sends what it held
+        except BaseException as e:  # noqa: B902 - a signal handler's exception included
+            if took:
+                self._write_interrupted(e)
+            raise
+
+    def _write_interrupted(self, exc: BaseException) -> None:
+        """This thread took the write token and ``exc`` (a signal handler's KeyboardInterrupt,
+        say) came before it gave it back, maybe amid an event: give it back and fail the
+        connection (the session reconnects and re-sends what is unanswered), as a failed
+        write does. Idempotent: a write that failed has done both already."""
+        with self._lock:
+            if self._writing == _get_ident():
+                self._writing = 0
+                self._has_room.notify_all()  # the reader may be waiting to close the socket
+        self._fail(ConnectionLost(f"write to {self.address[0]}:{self.address[1]} was interrupted ({exc!r}): "
+                                  f"an event may have been cut"), exc)
 
     def _write_direct(self, batch: List[bytes], taken: int) -> None:
-        """This thread set ``_writing`` and took ``taken`` queued bytes into ``batch``: write what
-        the socket takes at once, and leave the rest to the writer thread."""
+        """This thread took the write token and ``taken`` queued bytes into ``batch``: write what
+        the socket takes at once, and leave the rest to the writer thread. The caller gives the
+        token back (:meth:`_write_interrupted`) if this raises."""
         data, sent = self._write(batch, wait=False)
         with self._lock:
-            self._writing = False
+            self._writing = 0
             self._last_direct = time.monotonic()
             self.bytes_out += sent
             self._queued -= taken
@@ -410,7 +437,7 @@ class Transport:
             self._not_empty.notify()
 
     def _write(self, batch: List[bytes], wait: bool) -> Tuple[bytes, int]:
-        """This thread set ``_writing``: write ``batch`` joined (queued PUTs or CONFIRMs become
+        """This thread holds the write token: write ``batch`` joined (queued PUTs or CONFIRMs become
         one event: the broker pays per event). What the socket takes at once goes with the
         interpreter lock kept; with ``wait`` the rest is waited for with it released.
         Returns the data and how much of it was written.
@@ -440,7 +467,7 @@ class Transport:
                 sent = len(data)
         except (OSError, TLSError) as e:
             with self._lock:
-                self._writing = False
+                self._writing = 0
                 self._has_room.notify_all()  # the reader may be waiting to close the socket
             message = f"write to {self.address[0]}:{self.address[1]} failed: {e}"
             self._fail(ConnectionLost(message), e)
@@ -460,7 +487,17 @@ class Transport:
         return batch, size
 
     def _write_loop(self) -> None:
+        try:
+            self._write_queued()
+        except ConnectionLost:
+            return  # the write failed: the transport has failed and given the token back
+        except BaseException as e:  # noqa: B902 - a bug must not leave the token taken
+            self._write_interrupted(e)
+            raise
+
+    def _write_queued(self) -> None:
         queue = self._queue
+        ident = _get_ident()
         while True:
             with self._lock:
                 while ((not queue and not self._tls_out) or self._writing) and not self._closed:
@@ -468,14 +505,11 @@ class Transport:
                     self._not_empty.wait()
                 if self._closed:
                     return
-                self._writing = True
                 batch, size = self._take() if queue else ([b""], 0)  # else: TLS bytes left over
-            try:
-                data, _ = self._write(batch, wait=True)
-            except ConnectionLost:
-                return
+                self._writing = ident
+            data, _ = self._write(batch, wait=True)
             with self._lock:
-                self._writing = False
+                self._writing = 0
                 self._queued -= size  # what was queued: joining events made data shorter
                 self.bytes_out += len(data)
                 self._has_room.notify_all()
