@@ -649,6 +649,10 @@ class Session:
 
         Args:
             timeout: overall bound in seconds; default ``disconnect_timeout`` + 5.
+
+        Raises:
+            OutboxError: the outbox's final flush to disk failed (the session is stopped all
+                the same).
         """
         timeout = self.options.disconnect_timeout + 5.0 if timeout is None else timeout
         deadline = time.monotonic() + timeout
@@ -679,36 +683,51 @@ class Session:
         return threads
 
     def _shutdown(self, deadline: float) -> None:
-        with self._lock:
-            self._state = SessionState.STOPPED
-            if self._connecting is not None:
-                self._connecting.abort()
-            conn, self._conn = self._conn, None
-            requests = self._requests.take_all()
-            queues = self._queues.clear()
-            self._wake.notify_all()
-        monitor = self.options.host_health_monitor
-        if monitor is not None:
-            monitor.remove_listener(self._on_host_health)
-        if conn is not None:
-            conn.close()
-            conn.transport.join(max(0.0, deadline - time.monotonic()))
-        closed = SessionClosedError(f"session to {self.broker} stopped")
-        for request in requests:
-            fail_future(request.future, closed)
-        # Queues first: a post racing with stop() then fails its state check, and one already
-        # past it is refused or settled by the closed table (never left pending).
-        for queue in queues:
-            queue._mark_closed()
-        self._puts.close()
-        current = threading.current_thread()
-        for thread in self._recovery.threads:
-            if thread.is_alive() and thread is not current:
-                thread.join(max(0.0, deadline - time.monotonic()))
-        self._events.emit(ev.Disconnected())
-        self._dispatcher.stop()
-        if self._dispatcher.thread is not current:
-            self._dispatcher.thread.join(max(0.0, deadline - time.monotonic()))
-        self._stopped.set()
-        self._events.close()  # next_event() waiters: no event can come any more
+        """Stop for good: every step runs whatever an earlier one raised (an outbox whose final
+        fsync fails must not leave the dispatcher running and ``next_event()`` waiters waiting);
+        the outbox's failure is raised once the session is stopped."""
+        outbox_failure: Optional[OSError] = None
+        try:
+            with self._lock:
+                self._state = SessionState.STOPPED
+                if self._connecting is not None:
+                    self._connecting.abort()
+                conn, self._conn = self._conn, None
+                requests = self._requests.take_all()
+                queues = self._queues.clear()
+                self._wake.notify_all()
+            monitor = self.options.host_health_monitor
+            if monitor is not None:
+                monitor.remove_listener(self._on_host_health)
+            if conn is not None:
+                conn.close()
+                conn.transport.join(max(0.0, deadline - time.monotonic()))
+            closed = SessionClosedError(f"session to {self.broker} stopped")
+            for request in requests:
+                fail_future(request.future, closed)
+            # Queues first: a post racing with stop() then fails its state check, and one already
+            # past it is refused or settled by the closed table (never left pending).
+            for queue in queues:
+                queue._mark_closed()
+            try:
+                self._puts.close()
+            except OSError as e:  # the outbox is closed regardless; every post was answered
+                outbox_failure = e
+            current = threading.current_thread()
+            for thread in self._recovery.threads:
+                if thread.is_alive() and thread is not current:
+                    thread.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            try:
+                self._events.emit(ev.Disconnected())
+                self._dispatcher.stop()
+                if self._dispatcher.thread is not threading.current_thread():
+                    self._dispatcher.thread.join(max(0.0, deadline - time.monotonic()))
+            finally:
+                self._stopped.set()
+                self._events.close()  # next_event() waiters: no event can come any more
         logger.info("session %d to %s stopped", self._id, self.broker)
+        if outbox_failure is not None:
+            raise OutboxError(f"session to {self.broker} stopped, but its outbox could not be flushed to disk: "
+                              f"{outbox_failure} (messages not acknowledged may not be re-sent by a next "
+                              f"session)") from outbox_failure

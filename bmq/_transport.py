@@ -43,6 +43,7 @@ _wait_ready = _codec.wait_ready
 _READY_SOCKET = _codec.READY_SOCKET
 _READY_HANDED = _codec.READY_HANDED
 _READY_SPUN = _codec.READY_SPUN
+_READY_LEFT = _codec.READY_LEFT
 _wait_lead_then_ready = _codec.wait_lead_then_ready
 _get_ident = threading.get_ident
 # Where the system has them (Linux), the socket is waited on through edge-triggered epoll sets
@@ -608,11 +609,22 @@ class Transport:
             with self._read_lock:
                 self._read_closed = True
                 sock.close()
-                for epoll, kick in ((self._epoll, self._kick), (self._reader_epoll, self._reader_kick)):
-                    if epoll is not None:
-                        epoll.close()
-                        os.close(kick)
                 self._release_owner()
+            if not self._blocked:
+                self._close_wait_sets()
+            # Else a thread in wait_for may still kick them (or have a latch kick one): the last
+            # to leave closes them, so that no number is written after being reused.
+
+    def _close_wait_sets(self) -> None:
+        """The transport closed for good and no thread waits in :meth:`wait_for`: close the epoll
+        sets and their kick eventfds (once; the last one out does it)."""
+        with self._read_lock:
+            sets = [(self._epoll, self._kick), (self._reader_epoll, self._reader_kick)]
+            self._kick = self._reader_kick = -1
+            for epoll, kick in sets:
+                if kick >= 0:
+                    epoll.close()  # type: ignore[union-attr]
+                    os.close(kick)
 
     def _release_owner(self) -> None:
         """Caller holds _read_lock, the transport closed for good: drop the references back to
@@ -632,7 +644,7 @@ class Transport:
             exc = exc.__cause__ or exc.__context__
 
     def _wait(self, timeout: float, woken: List[_codec.Latch], answer_due: bool,
-              epoll: Optional["select.epoll"]) -> int:
+              epoll: Optional["select.epoll"], lead: Optional[_codec.Lead] = None) -> int:
         """Set ``woken``'s latches once the interpreter lock is released, then wait up to
         ``timeout`` for the socket in ``epoll`` (the reader thread's set or the posters': see
         :meth:`connect`; None: with poll): READY_* bits (see _codec.wait_ready).
@@ -642,7 +654,8 @@ class Transport:
         the wait poll the socket without sleeping: an answer that comes meanwhile spares the
         wake-up of a sleeping thread (against bmqbrkr on the development machine, one thread's
         blocking post p50 84 -> 41 us). Polling that keeps missing (a distant broker) pauses
-        (see _POLL_MISSES).
+        (see _POLL_MISSES). ``lead``: the caller's, released if the wait ends with nothing
+        (READY_LEFT: see _codec.wait_ready).
         """
         if epoll is None:
             return _READY_SOCKET if _wait_readable(self._fd, timeout, woken) else 0
@@ -652,7 +665,7 @@ class Transport:
                 self._poll_paused -= 1
             else:
                 spin = self._busy_poll
-        ready = _wait_ready(epoll.fileno(), self._fd, timeout, woken, spin)
+        ready = _wait_ready(epoll.fileno(), self._fd, timeout, woken, spin, lead)
         if spin and not ready & _READY_HANDED:
             if ready & _READY_SPUN:
                 self._poll_misses = 0
@@ -743,47 +756,64 @@ class Transport:
         transport too (the session reconnects and re-sends what is unanswered), then propagates.
         """
         blocked = self._blocked
-        blocked.append(None)
+        blocked.append(None)  # from here until pop(), the wait sets stay open (_close_wait_sets)
         try:
             if (self._epoll is None or len(blocked) > 1 or threading.get_ident() == self._reader_ident
                     or not self._lead.acquire()):
                 return bool(latch.wait(timeout))
             deadline = time.monotonic() + timeout
             woken: List[_codec.Latch] = []
+            leading = True
             try:
+                if self._read_closed:
+                    return bool(latch.wait(timeout))
                 if self._lead.reader_waiting():
                     os.eventfd_write(self._reader_kick, 1)  # out of its set: see _read_loop
                 if self._wave:
                     self._release_wave()  # this post may be held, and nobody else waits to send
                 if not latch.kick_to(self._kick):
-                    self._read_until(latch, deadline, woken)
+                    leading = self._read_until(latch, deadline, woken)
             finally:
                 latch.kick_to(-1)
-                self._lead.release()
+                if leading:
+                    self._lead.release()
                 _codec.set_latches(woken)
             return bool(latch.wait(max(0.0, deadline - time.monotonic())))
         finally:
             blocked.pop()
+            if self._read_closed and not blocked:
+                self._close_wait_sets()  # the reader thread left them to the last waiter
 
-    def _read_until(self, latch: Answer, deadline: float, woken: List[_codec.Latch]) -> None:
-        """Caller holds _lead: read in the reader thread's place until ``latch`` is answered."""
+    def _read_until(self, latch: Answer, deadline: float, woken: List[_codec.Latch]) -> bool:
+        """Caller holds _lead: read in the reader thread's place until ``latch`` is answered.
+        Returns whether the caller still holds the lead: a wait that ended with nothing let go
+        of it before any Python code (a signal handler) could run, and taking it again may fail."""
         while not self._closed:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return
+                return True
             # Any wake-up reads: a kick may come from a thread that left data (below).
-            if self._wait(min(remaining, _LEAD_SLICE), woken, True, self._epoll):
+            ready = self._wait(min(remaining, _LEAD_SLICE), woken, True, self._epoll, self._lead)
+            if ready & _READY_LEFT:
+                # Signal handlers have run: take the lead again unless someone else has (or the
+                # transport closed meanwhile), and kick the reader thread out of its set again.
+                if self._closed or self._lead_done(latch, woken) or not self._lead.acquire():
+                    return False
+                if self._lead.reader_waiting():
+                    os.eventfd_write(self._reader_kick, 1)
+                continue
+            if ready:
                 failure: Optional[BaseException] = None
                 with self._read_lock:
                     if self._read_closed:
-                        return
+                        return True
                     try:
                         while self._read_once(woken) >= _STREAMING_READ:
                             if self._lead_done(latch, woken):
                                 # Answered (or no longer alone) amid a stream: more may be
                                 # waiting, and no new edge comes for it: the reader reads on.
                                 os.eventfd_write(self._reader_kick, 1)
-                                return
+                                return True
                     except BaseException as e:  # noqa: B902 - the transport fails as if the reader read it
                         failure = e
                 if failure is not None:
@@ -792,7 +822,7 @@ class Transport:
                         # thread; the post goes on waiting (re-sent after the reconnect).
                         # Outside _read_lock: the owner's failure handling may wait for the reader.
                         self._read_failed(failure)
-                        return
+                        return True
                     # Not the connection's: what a signal handler raised in this (main) thread
                     # (KeyboardInterrupt, an alarm's exception) or a bug, maybe halfway through
                     # handing up events. Drop the connection (the session reconnects and re-sends
@@ -801,7 +831,8 @@ class Transport:
                                               f"({failure!r})"), failure)
                     raise failure
             if self._lead_done(latch, woken):
-                return
+                return True
+        return True
 
     def _lead_done(self, latch: Answer, woken: List[_codec.Latch]) -> bool:
         """Whether a thread reading in the reader's place stops: answered (a latch is in
