@@ -699,18 +699,18 @@ class PendingPuts:
         with self._lock:
             self._transport = None
 
-    def restore(self, transport: "Transport", is_current: Callable[[], bool]) -> None:
-        """Every queue is reopened: re-send all entries with their GUIDs, then let posts through.
+    def restore(self, transport: "Transport") -> None:
+        """Every queue is reopened: re-send all entries with their GUIDs, then let posts through
+        (the caller, :meth:`ConnectionState.restored`, checked that ``transport``'s connection
+        is the current one, under its lock).
 
         Raises:
-            ConnectionLost: the connection went away meanwhile (``is_current()`` is False).
+            ConnectionLost: the connection went away meanwhile (nothing let through).
         """
         # One critical section: a post let through before the re-sends are queued would reach
         # the wire ahead of older messages of its queue, and the ACK timer settling (and
         # letting go of the payload of) a message being re-sent would break the re-send.
         with self._lock:
-            if not is_current():
-                raise ConnectionLost("connection lost while restoring state")
             entries = list(self._pending.items())
             if entries:
                 logger.warning("re-sending %d unacknowledged message(s)", len(entries))

@@ -25,7 +25,8 @@ from ._outbox import Outbox, OutboxRecord
 from ._puts import PendingPuts, Record
 from ._connection import BrokerAddresses, Connection, Endpoint, client_identity
 from ._queue import Queue
-from ._recovery import Recovery
+from ._recovery import Recovery, SessionServices
+from ._state import ConnectionState
 from ._registry import QueueRegistry
 from ._stats import SessionStats
 from ._telemetry import Telemetry
@@ -104,18 +105,12 @@ class Session:
         self.options = options = options or SessionOptions()
         self.brokers = BrokerAddresses(broker)
         """The configured broker addresses (``configured``: the strings given, in order)."""
-        self._endpoint: Endpoint = self.brokers.first  # of the current (or last) connection
+        first = self.brokers.first
         # Off: the hot paths test this for None and nothing of OpenTelemetry is imported.
-        self._telemetry = Telemetry(self._endpoint.host, self._endpoint.port) if options.opentelemetry else None
+        self._telemetry = Telemetry(first.host, first.port) if options.opentelemetry else None
         self._compression = cast(CompressionAlgorithmType, options.compression).value  # the default, per post
         self._id = next(_session_ids)
         self._guids = _codec.GuidGenerator(self._id)
-        self._lock = threading.RLock()
-        self._wake = threading.Condition(self._lock)
-        self._state = SessionState.STARTING
-        self._stop_started = False
-        self._conn: Optional[Connection] = None  # negotiated, current: control traffic
-        self._generation = 0  # connections adopted so far
         self._requests = ControlRequests()
         self._queues = QueueRegistry()
         self._stopped = threading.Event()
@@ -128,6 +123,9 @@ class Session:
                 self._recovered.setdefault(item.queue_uri, []).append(item)
         # The PUT path owns the outbox from here on (appends, removes, closes it).
         self._puts = PendingPuts(options, self._dispatch, outbox)
+        # The state machine: session state, current connection, the PUT path's transport.
+        self._link = ConnectionState(self._puts, first, self._on_adopt)
+        self._lock = self._link.lock  # the session's units keep their state in step under it
         self._dispatcher = Dispatcher(
             f"bmq-dispatcher-{self._id}",
             options.event_queue_high_watermark,
@@ -140,20 +138,19 @@ class Session:
         self.outbox_recovered = sum(map(len, self._recovered.values()))
         """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
         GUID) when its queue is opened for writing."""
-        self._recovery = Recovery(self, self._requests, self._queues, self._handles, self._puts, self._events)
-        self._connecting: Optional[Connection] = None
+        self._recovery = Recovery(self._link, self._requests, self._queues, self._handles, self._puts, self._events,
+                                  SessionServices(self._id, options, self.brokers, self._connect, self._forget_queue,
+                                                  self._dispatch, self.stats, self.stop))
         try:
             conn = self._connect(options.connect_timeout)
-            with self._lock:
-                self._adopt(conn)
-                self._state = SessionState.STARTED
+            self._link.adopt(conn)
+            self._link.restored(conn)
         except BaseException:
-            self._state = SessionState.STOPPED
+            self._link.finish_stop()
             self._dispatcher.stop()
             self._puts.close()
             self._stopped.set()
             raise
-        self._puts.restore(conn.transport, lambda: True)
         self._recovery.start()
         monitor = options.host_health_monitor
         if monitor is not None:
@@ -165,11 +162,11 @@ class Session:
     def broker(self) -> str:
         """The broker address in use (``tcp://HOST:PORT``): that of the current connection, or
         of the last one while reconnecting (the first configured before any)."""
-        return self._endpoint.address
+        return self._link.endpoint.address
 
     def __repr__(self) -> str:
         brokers = self.brokers.configured
-        return f"Session({brokers[0] if len(brokers) == 1 else list(brokers)!r}, state={self._state})"
+        return f"Session({brokers[0] if len(brokers) == 1 else list(brokers)!r}, state={self._link.state})"
 
     def __enter__(self) -> "Session":
         self._check_running()
@@ -212,35 +209,19 @@ class Session:
                           self._puts.handle_acks, self._deliveries.handle_push, self._handle_control,
                           self._recovery.connection_lost, self.options.busy_poll, endpoint,
                           cast(Optional[ssl.SSLContext], self.options.tls))  # __post_init__ made it one
-        with self._lock:
-            self._check_running()
-            self._connecting = conn  # so that stop() can abort a slow negotiation
-        try:
+        with self._link.connecting(conn):  # so that stop() can abort a slow negotiation
             conn.establish(client_identity(self._id, self._guids, self.options.user_agent), endpoint.address,
                            timeout, self.options.credential)
-        finally:
-            with self._lock:
-                self._connecting = None
         logger.info("connected to %s (session %d)", endpoint.address, self._id)
         return conn
 
-    def _adopt(self, conn: Connection) -> None:
-        """Make ``conn`` the current connection for control traffic (caller holds the lock)."""
-        if conn.transport.closed:
-            raise ConnectionLost(f"connection to {self.broker} lost right after negotiation")
-        self._conn = conn
-        if conn.endpoint is not None:
-            self._endpoint = conn.endpoint
-            if self._telemetry is not None:
-                self._telemetry.connected_to(conn.endpoint.host, conn.endpoint.port)
-        self._generation += 1
-        self._new_style = conn.new_style_properties
+    def _on_adopt(self, conn: Connection) -> None:
+        """Under the state machine's lock, with every connection adopted."""
+        if conn.endpoint is not None and self._telemetry is not None:
+            self._telemetry.connected_to(conn.endpoint.host, conn.endpoint.port)
         if self.options.credential is not None:
             conn.keep_authenticated(self.options.credential, self.broker, self.options.connect_timeout,
                                     lambda exc: self._events.emit(ev.AuthenticationFailed(str(exc))))
-
-    def _stopping(self) -> bool:
-        return self._state in (SessionState.STOPPING, SessionState.STOPPED)
 
     # ---- events ---------------------------------------------------------------------
     def _on_slow_consumer(self, slow: bool) -> None:
@@ -288,8 +269,7 @@ class Session:
 
     # ---- control requests -------------------------------------------------------------
     def _check_running(self) -> None:
-        if self._state in (SessionState.STOPPING, SessionState.STOPPED):
-            raise SessionClosedError(f"session to {self.broker} is stopped")
+        self._link.check_running()
 
     def _request(self, body: Dict[str, Any], *, buffered: bool, stopping: bool = False,
                  queue: Optional[Queue] = None) -> Request:
@@ -297,9 +277,9 @@ class Session:
         Only ``stopping`` requests (the Disconnect) may be sent by a stopping session;
         ``queue``: the queue a ConfigureStream is for."""
         with self._lock:
-            if not (stopping and self._state == SessionState.STOPPING):
+            if not (stopping and self._link.state == SessionState.STOPPING):
                 self._check_running()
-            conn = self._conn
+            conn = self._link.current
             if conn is None and not buffered:
                 raise ConnectionLost(f"not connected to {self.broker}")
             request = self._requests.add(body, buffered, queue)
@@ -396,12 +376,12 @@ class Session:
             )
             self._queues.add(queue)
         deadline = time.monotonic() + timeout
-        generation = self._generation
+        generation = self._link.generation
         try:
             try:
                 self._handles.open(queue, timeout, buffered=True)
             except BrokerError:
-                if self._generation == generation:
+                if self._link.generation == generation:
                     raise
                 # Reconnected between OpenQueue and ConfigureStream: the new connection never
                 # saw the open, so start over on it.
@@ -411,7 +391,7 @@ class Session:
             raise
         with self._lock:
             if queue.state == QueueState.OPENING:
-                queue.state = QueueState.OPEN if self._conn is not None else QueueState.PENDING
+                queue.state = QueueState.OPEN if self._link.current is not None else QueueState.PENDING
         logger.info("opened %s", queue)
         if write and self._recovered:
             self._resend_recovered(queue)
@@ -481,7 +461,7 @@ class Session:
         with self._lock:
             if queue.state in (QueueState.CLOSING, QueueState.CLOSED):
                 raise QueueStateError(f"{uri} is already {queue.state}")
-            connected = queue.state == QueueState.OPEN and self._conn is not None
+            connected = queue.state == QueueState.OPEN and self._link.current is not None
             queue.state = QueueState.CLOSING
         try:
             if connected:
@@ -551,8 +531,9 @@ class Session:
         if self._telemetry is not None:
             trace, properties = self._telemetry.start_send(queue.uri, payloads, properties)
         try:
-            # _new_style read once: a reconnect may change the broker's features meanwhile.
-            return self._puts.post(queue, payloads, properties, property_types, guids, self._guids, self._new_style,
+            # Read once: a reconnect may change the broker's features meanwhile.
+            return self._puts.post(queue, payloads, properties, property_types, guids, self._guids,
+                                   self._link.new_style_properties,
                                    algorithm, on_ack, asynchronous, single, trace, on_done)
         except BaseException as e:
             if trace is not None:
@@ -595,12 +576,12 @@ class Session:
                 ``channel_write_timeout``.
         """
         self._check_running()
-        self._deliveries.confirm(messages, self._conn)
+        self._deliveries.confirm(messages, self._link.current)
 
     def _confirm_batch(self, batch: MessageBatch) -> None:
         """:meth:`MessageBatch.confirm`: same rules as :meth:`confirm_many`."""
         self._check_running()
-        self._deliveries.confirm_batch(batch, self._conn)
+        self._deliveries.confirm_batch(batch, self._link.current)
 
     # ---- statistics -------------------------------------------------------------------
     def stats(self) -> SessionStats:
@@ -612,9 +593,9 @@ class Session:
         Thread-safety: any thread; cheap (the counters are kept all along).
         """
         with self._lock:
-            conn = self._conn
+            conn = self._link.current
             queues = {queue.uri: queue._counters.snapshot(queue.uri) for queue in self._queues}
-            return SessionStats.of(self.broker, str(self._state), self._generation,
+            return SessionStats.of(self.broker, str(self._link.state), self._link.generation,
                                    conn.transport if conn is not None else None, self._puts.outbox_size(), queues)
 
     # ---- host health ------------------------------------------------------------------
@@ -622,7 +603,7 @@ class Session:
         self._dispatcher.submit(self._apply_host_health, healthy)
 
     def _apply_host_health(self, healthy: bool) -> None:
-        if self._stopping() or healthy == self._handles.host_healthy:
+        if self._link.stopping or healthy == self._handles.host_healthy:
             return
         if not healthy:
             self._events.emit(ev.HostUnhealthy())
@@ -638,7 +619,7 @@ class Session:
     @property
     def is_running(self) -> bool:
         """True from a successful construction until :meth:`stop`."""
-        return self._state not in (SessionState.STOPPING, SessionState.STOPPED)
+        return not self._link.stopping
 
     def stop(self, timeout: Optional[float] = None) -> None:
         """Disconnect and stop every thread; idempotent and bounded.
@@ -656,13 +637,7 @@ class Session:
         """
         timeout = self.options.disconnect_timeout + 5.0 if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        with self._lock:
-            first = not self._stop_started
-            self._stop_started = True
-            conn = self._conn if self._state == SessionState.STARTED else None
-            if self._state != SessionState.STOPPED:
-                self._state = SessionState.STOPPING
-            self._wake.notify_all()
+        first, conn = self._link.begin_stop()
         if not first:
             if threading.current_thread() not in self._own_threads():
                 self._stopped.wait(max(0.0, deadline - time.monotonic()))
@@ -677,9 +652,9 @@ class Session:
 
     def _own_threads(self) -> List[threading.Thread]:
         threads = [self._dispatcher.thread, *self._recovery.threads]
-        conn = self._conn
+        conn = self._link.current
         if conn is not None:
-            threads += [t for t in (conn.transport._reader, conn.transport._writer) if t is not None]
+            threads += conn.transport.threads
         return threads
 
     def _shutdown(self, deadline: float) -> None:
@@ -689,13 +664,9 @@ class Session:
         outbox_failure: Optional[OSError] = None
         try:
             with self._lock:
-                self._state = SessionState.STOPPED
-                if self._connecting is not None:
-                    self._connecting.abort()
-                conn, self._conn = self._conn, None
+                conn = self._link.finish_stop()
                 requests = self._requests.take_all()
                 queues = self._queues.clear()
-                self._wake.notify_all()
             monitor = self.options.host_health_monitor
             if monitor is not None:
                 monitor.remove_listener(self._on_host_health)

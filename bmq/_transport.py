@@ -228,6 +228,11 @@ class Transport:
         return f"Transport({self.address[0]}:{self.address[1]}, name={self._name})"
 
     @property
+    def threads(self) -> List[threading.Thread]:
+        """The reader and writer threads (once started)."""
+        return [thread for thread in (self._reader, self._writer) if thread is not None]
+
+    @property
     def closed(self) -> bool:
         """True once the connection failed or was closed."""
         return self._closed

@@ -50,7 +50,7 @@ def test_stop_from_a_signal_handler_while_the_main_thread_waits_for_an_ack(broke
     def send_when_waiting() -> None:
         # Once the main thread holds the lead and sleeps in its epoll set: a signal then finds
         # it there (the interleaving of the defect), not in Python code.
-        transport = session._conn.transport  # type: ignore[union-attr]
+        transport = session._link.current.transport  # type: ignore[union-attr]
         while not (transport._lead.locked() and _blocked_in_epoll(main.native_id)):
             time.sleep(0.001)
         signal.pthread_kill(main.ident, signal.SIGALRM)  # type: ignore[arg-type]

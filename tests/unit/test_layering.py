@@ -13,7 +13,8 @@ LAYERS = [
     {"_codec", "_protocol", "_version", "exceptions", "_expression", "_types", "_uri", "events", "_health", "_dispatch", "_stats"},
     {"_ctrlmsg", "_ber", "_schema", "_properties", "_outbox", "_tls", "_options"},
     {"_transport"},
-    {"_connection", "_requests", "_registry", "_handles", "_deliveries", "_telemetry", "_recovery", "_puts", "_queue", "_session", "_admin"},
+    {"_connection", "_requests", "_registry", "_handles", "_deliveries", "_telemetry", "_state", "_recovery", "_puts", "_queue",
+     "_session", "_admin"},
     {"__init__"},
 ]
 # The embedded broker shares the codec and the schema, never the client's session machinery.

@@ -128,7 +128,7 @@ def test_posts_made_while_the_reconnect_restores_go_out_after_the_re_sends(monke
     posters: List[threading.Thread] = []
     _hook_first_build(monkeypatch, lambda: posters.append(
         _run_until_done_or_blocked(spy, lambda: _post(puts, queue, [b"new"]))))
-    puts.restore(wire, lambda: True)  # type: ignore[arg-type]
+    puts.restore(wire)  # type: ignore[arg-type]
     posters[0].join(10)
     assert wire.payloads == [b"old0", b"old1", b"old2", b"new"]
 
@@ -144,7 +144,7 @@ def test_the_ack_timer_expiring_posts_while_the_reconnect_re_sends_them(monkeypa
     spy = _spy_on_lock(puts)
     timers: List[threading.Thread] = []
     _hook_first_build(monkeypatch, lambda: timers.append(_run_until_done_or_blocked(spy, puts.expire)))
-    puts.restore(wire, lambda: True)  # type: ignore[arg-type]  # raised TypeError on main
+    puts.restore(wire)  # type: ignore[arg-type]  # raised TypeError on main
     timers[0].join(10)
     assert wire.payloads == [b"m0", b"m1"]
     assert [future.result(0).status for future in futures] == [bmq.AckStatus.TIMEOUT] * 2

@@ -17,7 +17,9 @@ from bmq._deliveries import Deliveries
 from bmq._dispatch import EventQueue
 from bmq._handles import QueueHandles
 from bmq._queue import Queue
+from bmq._recovery import SessionServices
 from bmq._registry import QueueRegistry
+from bmq._state import ConnectionState
 from bmq._types import QueueState
 
 
@@ -224,40 +226,41 @@ class _FakeTransport:
         self.control.append(bytes(data))
 
 
+def _connection() -> Any:
+    return SimpleNamespace(transport=_FakeTransport(), close=lambda: None, endpoint=None, new_style_properties=True)
+
+
 class _FakeSession:
-    """What Recovery shares with its Session: lock and condition, state, current connection,
-    connect/adopt, forget_queue, stop (see bmq/_recovery.py)."""
+    """The real state machine (ConnectionState) with a fake connection adopted and the services
+    Recovery asks of its Session (connect, forget_queue, stop: see bmq/_recovery.py) faked."""
 
-    def __init__(self, registry: QueueRegistry, puts: Any) -> None:
-        self._lock = threading.RLock()
-        self._wake = threading.Condition(self._lock)
-        self._state = bmq.SessionState.STARTED
-        self._id = 1
-        self.broker = "tcp://fake:1"
-        self.brokers = BrokerAddresses(self.broker)
-        self._endpoint = self.brokers.first
-        self.options = bmq.SessionOptions(reconnect=bmq.ReconnectPolicy(initial_delay=0, jitter=0))
-        self._registry, self._puts = registry, puts
-        self._conn: Any = SimpleNamespace(transport=_FakeTransport())
+    def __init__(self, registry: QueueRegistry, puts: Any,
+                 options: bmq.SessionOptions = bmq.SessionOptions(
+                     reconnect=bmq.ReconnectPolicy(initial_delay=0, jitter=0)),
+                 brokers: Any = "tcp://fake:1") -> None:
+        self.brokers = BrokerAddresses(brokers)
+        self.options = options
+        self.link = ConnectionState(puts, self.brokers.first, lambda conn: None)
+        self.lock = self.link.lock
+        self._registry = registry
         self.connects: List[Any] = []
-
-    def _stopping(self) -> bool:
-        return self._state in (bmq.SessionState.STOPPING, bmq.SessionState.STOPPED)
+        self.first = _connection()
+        self.link.adopt(self.first)
+        self.link.restored(self.first)
+        self.connect = self._connect
 
     def _connect(self, timeout: float, after: Any = None) -> Any:
-        conn = SimpleNamespace(transport=_FakeTransport(), close=lambda: None)
+        conn = _connection()
         self.connects.append(conn)
         return conn
 
-    def _adopt(self, conn: Any) -> None:
-        self._conn = conn
-
-    def _forget_queue(self, queue: Queue, status: Any) -> None:
+    def forget_queue(self, queue: Queue, status: Any) -> None:
         self._registry.forget(queue)
         queue._mark_closed()
 
-    def stop(self) -> None:
-        self._state = bmq.SessionState.STOPPED
+    def services(self) -> SessionServices:
+        return SessionServices(1, self.options, self.brokers, lambda *args: self.connect(*args), self.forget_queue,
+                               lambda fn, *args: fn(*args), lambda: None, self.link.finish_stop)  # type: ignore[arg-type]
 
 
 def test_recovery_reopens_queues_and_resends_unacknowledged_puts_on_a_new_connection(registry):
@@ -269,13 +272,12 @@ def test_recovery_reopens_queues_and_resends_unacknowledged_puts_on_a_new_connec
     options = bmq.SessionOptions()
     puts = PendingPuts(options, lambda fn, *args: fn(*args), None)
     session = _FakeSession(registry, puts)
-    old = session._conn
-    puts.restore(old.transport, lambda: True)
-    handles = QueueHandles(broker.call, session._lock, registry)
+    old = session.first
+    handles = QueueHandles(broker.call, session.lock, registry)
     requests = ControlRequests()
     seen: List[ev.SessionEvent] = []
     events = EventQueue(SimpleNamespace(submit=lambda fn, *args: fn(*args)), seen.append, 100)  # type: ignore[arg-type]
-    recovery = Recovery(session, requests, registry, handles, puts, events)  # type: ignore[arg-type]
+    recovery = Recovery(session.link, requests, registry, handles, puts, events, session.services())
 
     reader = _queue(registry, session, "bmq://bmq.test.mem.priority/r", read=True)
     writer = _queue(registry, session, "bmq://bmq.test.mem.priority/w", write=True)
@@ -286,7 +288,7 @@ def test_recovery_reopens_queues_and_resends_unacknowledged_puts_on_a_new_connec
     unbuffered = requests.add({"openQueue": {}}, buffered=False)
 
     recovery.connection_lost(old, bmq.ConnectionLost("cut"))
-    assert session._conn is None and session._state is bmq.SessionState.RECONNECTING
+    assert session.link.current is None and session.link.state is bmq.SessionState.RECONNECTING
     assert {q.state for q in (reader, writer, refused)} == {QueueState.PENDING}
     assert isinstance(unbuffered.future.exception(0), bmq.ConnectionLost)
     recovery.connection_lost(old, bmq.ConnectionLost("again"))  # a stale connection: ignored
@@ -302,7 +304,7 @@ def test_recovery_reopens_queues_and_resends_unacknowledged_puts_on_a_new_connec
     handles._call = call
     recovery._reconnect()
     new = session.connects[0]
-    assert session._conn is new and session._state is bmq.SessionState.STARTED
+    assert session.link.current is new and session.link.state is bmq.SessionState.STARTED
     assert reader.state == writer.state == QueueState.OPEN and refused.state == QueueState.CLOSED
     assert broker.kinds().count("openQueue") == 2 and broker.kinds().count("configureStream") == 1
     # The unacknowledged PUT went out again on the new connection, with its GUID.
@@ -344,26 +346,23 @@ def test_reconnect_backs_off_only_after_a_round_in_which_every_address_failed(re
     from bmq._requests import ControlRequests
 
     puts = PendingPuts(bmq.SessionOptions(), lambda fn, *args: fn(*args), None)
-    session = _FakeSession(registry, puts)
-    session.brokers = BrokerAddresses(brokers)
-    session.options = bmq.SessionOptions(reconnect=bmq.ReconnectPolicy(initial_delay=1.0, multiplier=2.0, jitter=0))
-    session._wake = wake = _RecordingCondition(session._lock)
-    session._state = bmq.SessionState.RECONNECTING
-    session._conn = None
-    succeed = session._connect
+    options = bmq.SessionOptions(reconnect=bmq.ReconnectPolicy(initial_delay=1.0, multiplier=2.0, jitter=0))
+    session = _FakeSession(registry, puts, options, brokers)
+    session.link._wake = wake = _RecordingCondition(session.lock)
+    session.link.lost(session.first)
     failures = [2]
 
     def connect(timeout: float, after: Any = None) -> Any:
         if failures[0]:
             failures[0] -= 1
             raise bmq.ConnectionError("refused")
-        return succeed(timeout, after)
+        return session._connect(timeout, after)
 
-    session._connect = connect  # type: ignore[method-assign]
+    session.connect = connect  # type: ignore[method-assign]
     events = EventQueue(SimpleNamespace(submit=lambda fn, *args: fn(*args)), lambda e: None, 100)  # type: ignore[arg-type]
-    recovery = Recovery(session, ControlRequests(), registry, QueueHandles(FakeBroker().call, session._lock, registry),
-                        puts, events)  # type: ignore[arg-type]
+    recovery = Recovery(session.link, ControlRequests(), registry, QueueHandles(FakeBroker().call, session.lock, registry),
+                        puts, events, session.services())
     recovery._reconnect()
-    assert session._state is bmq.SessionState.STARTED and len(session.connects) == 1
+    assert session.link.state is bmq.SessionState.STARTED and len(session.connects) == 1
     # ReconnectPolicy.delay(n) is 1 * 2**n here.
     assert wake.waits == [2.0 ** n for n in waits_before]
