@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._queue import Queue
     from ._transport import Answer, Transport
 
-__all__ = ["Batch", "OnePost", "PendingPuts"]
+__all__ = ["Batch", "Completion", "OnePost", "PendingPuts", "PostRequest"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +50,7 @@ _guid_of = operator.itemgetter(2)
 _RETRANSMIT_CHUNK = 10000
 # PUT events close at 1 MiB (a larger message goes alone): bmqbrkr finds each message of an
 # event by walking the event's buffers from its start, so its CPU per message grows with the
-# event's size (post_many of 10,000 1 KiB messages: 5.0-5.6 µs of broker CPU per message in
-# one 10 MiB event, 3.4-4.4 in 1 MiB events).
+# event's size (measured: docs/performance-notes.md).
 _PUT_EVENT_TARGET = 1 << 20
 
 OnAck = Optional[Callable[[Ack], None]]
@@ -62,6 +61,70 @@ Areas = Union[None, bytes, List[Optional[bytes]]]
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _PayloadColumn = _codec.PayloadColumn
 Payloads = Union[Tuple[bytes, ...], _codec.PayloadColumn]
+
+
+class Completion:
+    """How the caller of one post call learns its answers: exactly one of three strategies.
+
+    * ``Completion.LATCH``: the caller blocks on the call's latch and reads its Acks
+      (``post``, ``post_many``);
+    * ``Completion.futures(on_ack)``: one future per message (a one-message call is its own
+      future, :class:`OnePost`), ``on_ack`` also called per Ack on the dispatcher thread
+      (``post_async``, ``post_many_async``);
+    * ``Completion.callback(on_done)``: no future, ``on_done(acks)`` once on the dispatcher
+      thread with every Ack in order (``post_many_callback``).
+    """
+
+    __slots__ = ("waits", "on_ack", "on_done")
+    LATCH: "Completion"
+    FUTURES: "Completion"
+
+    def __init__(self, waits: bool, on_ack: OnAck = None, on_done: OnDone = None) -> None:
+        self.waits = waits  # the caller blocks on a latch (nobody waits for the write itself otherwise)
+        self.on_ack = on_ack
+        self.on_done = on_done
+
+    @classmethod
+    def futures(cls, on_ack: OnAck) -> "Completion":
+        return cls.FUTURES if on_ack is None else cls(False, on_ack)
+
+    @classmethod
+    def callback(cls, on_done: Callable[[List[Ack]], None]) -> "Completion":
+        return cls(False, None, on_done)
+
+
+Completion.LATCH = Completion(True)
+Completion.FUTURES = Completion(False)
+
+
+class PostRequest:
+    """One post call as a value: what :class:`bmq.Queue` hands the session, and the session the
+    PUT path (:meth:`PendingPuts.post`).
+
+    Args:
+        queue: the queue posted to.
+        payloads: bytes-like payloads, in order (or a :class:`bmq._codec.PayloadColumn`).
+        completion: how the caller learns the answers (:class:`Completion`).
+        properties: one mapping (or None) for every message, or a sequence of one per message.
+        property_types: ``{name: PropertyType}`` overriding inferred types.
+        compression: as given to the post call (None: the session's default).
+        guids: the caller's GUIDs (16 bytes per message), or None to make them.
+        single: a one-message call: its payload is named ``data`` in errors.
+    """
+
+    __slots__ = ("queue", "payloads", "completion", "properties", "property_types", "compression", "guids", "single")
+
+    def __init__(self, queue: "Queue", payloads: Sequence[Any], completion: Completion, properties: Any = None,
+                 property_types: Any = None, compression: Any = None, guids: Optional[bytes] = None,
+                 single: bool = False) -> None:
+        self.queue = queue
+        self.payloads = payloads
+        self.completion = completion
+        self.properties = properties
+        self.property_types = property_types
+        self.compression = compression
+        self.guids = guids
+        self.single = single
 
 
 def _payload_tuple(payloads: Sequence[Any], single: bool) -> Payloads:
@@ -140,9 +203,8 @@ class Batch:
                  "_await")
 
     def __init__(self, queue: "Queue", keys: Sequence[bytes], payloads: Sequence[bytes], properties: "Areas",
-                 new_style: bool, compression: int, deadline: float, on_ack: OnAck, asynchronous: bool,
-                 trace: Optional["SendTrace"] = None,
-                 await_answer: Optional[AwaitAnswer] = None, on_done: OnDone = None) -> None:
+                 new_style: bool, compression: int, deadline: float, completion: Completion = Completion.FUTURES,
+                 trace: Optional["SendTrace"] = None, await_answer: Optional[AwaitAnswer] = None) -> None:
         count = len(keys)
         self.queue = queue
         self.count = count
@@ -155,8 +217,9 @@ class Batch:
         self.new_style = new_style
         self.compression = compression
         self.deadline = deadline
-        self.on_ack = on_ack
-        self.on_done = on_done
+        self.on_ack = completion.on_ack
+        self.on_done = on_done = completion.on_done
+        asynchronous = not completion.waits
         self.futures: "Optional[List[Future[Ack]]]" = (new_futures(count, await_answer)
                                                         if asynchronous and on_done is None else None)
         self.acks: Optional[List[Optional[Ack]]] = None  # made with the first answer (see answers)
@@ -222,7 +285,7 @@ class Batch:
 class OnePost(PostFuture):
     """One ``post_async`` message: its pending record and the future its caller holds, in one
     object (what :class:`Batch` and the future of a one-message batch kept in six: a buffered
-    100-byte ``post_async`` cost about 900 bytes, now under 400; issue 29). It answers what
+    100-byte ``post_async``'s memory more than halved: docs/performance-notes.md). It answers what
     :class:`PendingPuts` asks of a :class:`Batch` of one message.
 
     Once answered it lets go of its payload and properties: a caller may keep the future.
@@ -331,35 +394,30 @@ class PendingPuts:
         return len(self._outbox) if self._outbox is not None else 0
 
     # ---- posting ----------------------------------------------------------------------
-    def post(self, queue: "Queue", payloads: Sequence[Any], properties: Any, property_types: Any,
-             guids: Optional[bytes], generator: Any, new_style: bool, compression: int, on_ack: OnAck,
-             asynchronous: bool, single: bool = False, trace: Optional["SendTrace"] = None,
-             on_done: OnDone = None) -> "Record":
+    def post(self, request: PostRequest, generator: Any, new_style: bool, compression: int,
+             trace: Optional["SendTrace"] = None) -> "Record":
         """Build the PUT events of one post call in the calling thread, write them to the
         outbox (if any), then :meth:`track_and_send` them.
 
         Args:
-            payloads: bytes-like payloads (copied into immutable bytes: they are kept for re-sending).
-            properties: one mapping (or None) for every message, or a sequence of one per message.
-            guids: the caller's GUIDs (16 bytes per message), or None to make them with ``generator``.
+            request: the post call (payloads are copied into immutable bytes: they are kept for
+                re-sending; without ``request.guids`` GUIDs are made with ``generator``).
             new_style: the property encoding the connection negotiated.
             compression: the compression algorithm's wire value.
-            asynchronous: one future per message (none given ``on_done``), else the caller waits on
-                the batch.
-            single: name the payload ``data`` (post) rather than ``payloads[i]`` in errors.
             trace: the OpenTelemetry span of this call (ended with its last answer), or None.
-            on_done: with ``asynchronous`` and no ``on_ack``: called on the dispatcher thread
-                with the answers, in order, once the last one comes.
 
         Raises:
             ArgumentTypeError, InvalidArgumentError, PropertyError: bad payloads, properties or
                 GUIDs (nothing sent). OutboxError: the outbox could not record them (nothing
                 sent); and what :meth:`track_and_send` raises.
         """
-        payloads = _payload_tuple(payloads, single)
+        queue = request.queue
+        payloads = _payload_tuple(request.payloads, request.single)
         count = len(payloads)
-        if properties is not None or property_types is not None:
-            properties = _encode_properties(properties, property_types, count, new_style)
+        properties = request.properties
+        if properties is not None or request.property_types is not None:
+            properties = _encode_properties(properties, request.property_types, count, new_style)
+        guids = request.guids
         caller_guids = guids is not None
         if guids is None:
             guids = generator.generate(count) if count else b""
@@ -379,8 +437,8 @@ class PendingPuts:
                 OutboxRecord(guids[16 * i:16 * i + 16], queue.uri, payload, props, new_style, compression)
                 for i, (payload, props) in enumerate(zip(payloads, per_message))
             ])
-        return self.track_and_send(queue, guids, payloads, properties, new_style, compression, events, on_ack,
-                                   asynchronous, caller_guids, trace, on_done)
+        return self.track_and_send(queue, guids, payloads, properties, new_style, compression, events,
+                                   request.completion, trace, caller_guids)
 
     def resend_recovered(self, queue: "Queue", entries: List[OutboxRecord]) -> None:
         """Send what a previous process left unacknowledged in the outbox for ``queue``, with the
@@ -392,7 +450,8 @@ class PendingPuts:
             payloads = [entry.payload for entry in group]
             properties = [entry.properties for entry in group]
             events = _build(queue.queue_id, guids, payloads, properties, compression, new_style)
-            self.track_and_send(queue, guids, payloads, properties, new_style, compression, events, None, True)
+            self.track_and_send(queue, guids, payloads, properties, new_style, compression, events,
+                                Completion.FUTURES)
         if entries:
             logger.warning("re-sent %d message(s) recovered from the outbox to %s", len(entries), queue.uri)
 
@@ -405,11 +464,9 @@ class PendingPuts:
         new_style: bool,
         compression: int,
         events: List[bytes],
-        on_ack: OnAck,
-        asynchronous: bool,
-        caller_guids: bool = False,
+        completion: Completion,
         trace: Optional["SendTrace"] = None,
-        on_done: OnDone = None,
+        caller_guids: bool = False,
     ) -> "Record":
         """Record built PUT events (``events``: as :func:`_build` makes them, one bytes object in a
         list, or empty if checked but not built: then built here if they can be sent), then hand
@@ -432,16 +489,16 @@ class PendingPuts:
         deadline = time.monotonic() + self._options.ack_timeout
         # One message's answer comes in one read, which the waiting thread (in post() or in its
         # future's result()) can make itself; many come in many reads, each then waking it
-        # rather than the reader (post_many of 1,000: 0.65-0.74 -> 0.93-0.97 us of client CPU
-        # per message).
+        # rather than the reader: only a one-message call waits through await_answer.
         batch: Record
-        if count == 1 and asynchronous and on_done is None:
+        waits = completion.waits
+        if count == 1 and not waits and completion.on_done is None:
             area = properties[0] if isinstance(properties, list) else properties
-            batch = OnePost(queue, payloads[0], area, new_style, compression, deadline, on_ack, trace,
+            batch = OnePost(queue, payloads[0], area, new_style, compression, deadline, completion.on_ack, trace,
                             self._await_answer)
         else:
-            batch = Batch(queue, keys, payloads, properties, new_style, compression, deadline, on_ack, asynchronous,
-                          trace, self._await_answer if count == 1 else None, on_done)
+            batch = Batch(queue, keys, payloads, properties, new_style, compression, deadline, completion, trace,
+                          self._await_answer if count == 1 else None)
         size = len(payloads[0]) if count == 1 else _nbytes(payloads, 0, count)
         with self._lock:
             try:
@@ -460,7 +517,7 @@ class PendingPuts:
             else:
                 self._pending.update(dict.fromkeys(keys, batch))
             self._bytes += size
-            counters = queue._counters
+            counters = queue.counters
             counters.posted += count
             counters.posted_bytes += size
             transport = self._transport if queue.state == QueueState.OPEN else None
@@ -469,7 +526,7 @@ class PendingPuts:
                 events = _build(queue.queue_id, guids, payloads, properties, compression, new_style)
             (data,) = events
             try:
-                transport.send(data, self._options.channel_write_timeout, asynchronous)
+                transport.send(data, self._options.channel_write_timeout, not waits)
             except BandwidthLimitError:
                 self._unrecord(keys)
                 raise
@@ -509,8 +566,8 @@ class PendingPuts:
                 if batch is not None:
                     size = len(batch.payload_at(batch.position(key)))
                     self._bytes -= size
-                    batch.queue._counters.posted -= 1  # never sent: not posted after all
-                    batch.queue._counters.posted_bytes -= size
+                    batch.queue.counters.posted -= 1  # never sent: not posted after all
+                    batch.queue.counters.posted_bytes -= size
             self._room.notify_all()
         if self._outbox is not None:
             self._outbox.remove(keys)
@@ -603,7 +660,7 @@ class PendingPuts:
         collections.deque(map(self._pending.__delitem__, keys), maxlen=0)  # at C speed
         queue = batch.queue
         acks = _codec.make_acks(Ack, ACK_STATUS_FROM_WIRE, keys, statuses, queue.uri)
-        counters = queue._counters
+        counters = queue.counters
         counters.latencies.append(answered - batch.deadline)
         if statuses.count(0) == count:  # all SUCCESS
             counters.broker_answers[0] += count
@@ -636,7 +693,7 @@ class PendingPuts:
             batch = pop(guid, None)
             if batch is not None:
                 if batch is not last:  # one latency sample per post call in this event
-                    counters = batch.queue._counters
+                    counters = batch.queue.counters
                     counters.latencies.append(answered - batch.deadline)
                     last, uri, answers = batch, batch.queue.uri, counters.broker_answers
                 settle(batch, guid, _new_tuple(Ack, (ACK_STATUS_FROM_WIRE[status], guid, uri)), settled)
@@ -659,7 +716,7 @@ class PendingPuts:
             for guid, batch in taken:
                 del self._pending[guid]
                 self._settle(batch, guid, Ack(status, guid, batch.queue.uri), settled)
-                answers = batch.queue._counters.local_answers
+                answers = batch.queue.counters.local_answers
                 answers[status.name] = answers.get(status.name, 0) + 1
             if taken:
                 self._room.notify_all()

@@ -5,9 +5,11 @@ import queue as _stdqueue
 import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union, cast
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence,
+                    Union, cast)
 
 from ._protocol import queue_flags
+from ._puts import Completion, PostRequest
 from ._stats import QueueCounters
 from ._options import QueueOptions
 from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, MessageBatch, PropertyType, QueueState
@@ -15,7 +17,7 @@ from ._uri import QueueUri
 from .exceptions import ArgumentTypeError, InvalidArgumentError, PostError, QueueStateError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._puts import Batch
+    from ._puts import Batch, Record
     from ._session import Session
 
 __all__ = ["Queue"]
@@ -47,6 +49,22 @@ def _check_payload_sequence(payloads: Any) -> None:
         )
 
 
+class QueueOwner(Protocol):
+    """What a Queue asks of its session, by name (``bmq._session.QueueServices``)."""
+
+    session: "Session"
+
+    def post(self, request: PostRequest) -> "Record": ...
+
+    def ack_wait_limit(self, timeout: Optional[float]) -> float: ...
+
+    def configure(self, queue: "Queue", options: QueueOptions, timeout: Optional[float]) -> None: ...
+
+    def close(self, queue: "Queue", timeout: Optional[float]) -> None: ...
+
+    def dispatch(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
+
 class Queue:
     """An open queue: post to it (``write=True``) and/or receive from it (``read=True``).
 
@@ -66,12 +84,15 @@ class Queue:
             (None: the default subscription), for the last two configures.
 
     Thread-safety: every method may be called from any thread, including callbacks; the
-    attributes are maintained by the session.
+    attributes are maintained by the session. What is marked *session side* (``deliver``,
+    ``deliver_batch``, ``mark_closed``, ``keep_options``, ``handle_parameters``, and the
+    ``counters``, ``parsed`` and ``on_message`` attributes) is how the session's units reach
+    the queue: not public API, it may change in any release.
     """
 
     def __init__(
         self,
-        session: "Session",
+        owner: QueueOwner,
         parsed: QueueUri,
         *,
         read: bool,
@@ -82,16 +103,16 @@ class Queue:
         sub_id: int,
         batches: bool = False,
     ) -> None:
-        self._session = session
-        self._parsed = parsed
+        self._owner = owner
+        self.parsed = parsed
         self.uri = parsed.uri
         self.read = read
         self.write = write
         self._options = options
-        self._on_message = on_message
+        self.on_message = on_message
         self.queue_id = queue_id
         self.sub_id = sub_id
-        self._counters = QueueCounters()  # bmq.Session.stats(); see bmq/_stats.py
+        self.counters = QueueCounters()  # bmq.Session.stats(); see bmq/_stats.py
         self.state = QueueState.OPENING
         self.suspended = False
         self.subscription_ids: List[int] = []
@@ -114,6 +135,15 @@ class Queue:
             self.close()
 
     @property
+    def session(self) -> "Session":
+        """The :class:`bmq.Session` this queue was opened in."""
+        return self._owner.session
+
+    @property
+    def _session(self) -> "Session":
+        return self._owner.session
+
+    @property
     def options(self) -> QueueOptions:
         """The options last applied to this queue."""
         return self._options
@@ -126,10 +156,11 @@ class Queue:
     @property
     def app_id(self) -> Optional[str]:
         """The fan-out appId from the URI's ``?id=``, or None."""
-        return self._parsed.app_id
+        return self.parsed.app_id
 
-    def _handle_parameters(self) -> Dict[str, Any]:
-        """The QueueHandleParameters of this handle (protocol §8.5, §9.1)."""
+    def handle_parameters(self) -> Dict[str, Any]:
+        """Session side (not public API): the QueueHandleParameters of this handle (protocol
+        §8.5, §9.1)."""
         flags = queue_flags(self.read, self.write)
         params: Dict[str, Any] = {
             "uri": self.uri,
@@ -139,8 +170,8 @@ class Queue:
             "writeCount": int(self.write),
             "adminCount": 0,
         }
-        if self._parsed.app_id is not None:
-            params["subIdInfo"] = {"subId": self.sub_id, "appId": self._parsed.app_id}
+        if self.parsed.app_id is not None:
+            params["subIdInfo"] = {"subId": self.sub_id, "appId": self.parsed.app_id}
         return params
 
     # ---- posting ------------------------------------------------------------------
@@ -186,8 +217,8 @@ class Queue:
                 retransmission buffer full) for ``channel_write_timeout``; nothing was sent.
         """
         # An asynchronous one-message post is its own future (bmq._puts.OnePost).
-        return self._session._post(self, (data,), properties, property_types, compression, None, on_ack, True,
-                                   single=True)  # type: ignore[return-value]
+        return self._owner.post(PostRequest(  # type: ignore[return-value]
+            self, (data,), Completion.futures(on_ack), properties, property_types, compression, single=True))
 
     def post(
         self,
@@ -212,9 +243,9 @@ class Queue:
             TimeoutError: no result within ``timeout``.
             Error: the other errors of :meth:`post_async`.
         """
-        batch = self._session._post(self, (data,), properties, property_types, compression, None, None, False,
-                                    single=True)
-        acks = cast("Batch", batch).wait(self._session._ack_wait_limit(timeout))
+        batch = self._owner.post(PostRequest(self, (data,), Completion.LATCH, properties, property_types, compression,
+                                             single=True))
+        acks = cast("Batch", batch).wait(self._owner.ack_wait_limit(timeout))
         raise_for_failures(acks)
         return acks[0]
 
@@ -251,7 +282,8 @@ class Queue:
         _check_payload_sequence(payloads)
         if not payloads:
             return []
-        batch = self._session._post(self, payloads, properties, property_types, compression, guids, on_ack, True)
+        batch = self._owner.post(PostRequest(self, payloads, Completion.futures(on_ack), properties, property_types,
+                                             compression, guids))
         return batch.futures  # type: ignore[return-value]
 
     def post_many_callback(
@@ -281,8 +313,8 @@ class Queue:
         _check_payload_sequence(payloads)
         if not payloads:
             raise InvalidArgumentError("post_many_callback needs at least one payload")
-        self._session._post(self, payloads, properties, property_types, compression, None, None, True,
-                            on_done=on_done)
+        self._owner.post(PostRequest(self, payloads, Completion.callback(on_done), properties, property_types,
+                                     compression))
 
     def post_many(
         self,
@@ -307,8 +339,9 @@ class Queue:
         _check_payload_sequence(payloads)
         if not payloads:
             return []
-        batch = self._session._post(self, payloads, properties, property_types, compression, guids, None, False)
-        acks = cast("Batch", batch).wait(self._session._ack_wait_limit(timeout))
+        batch = self._owner.post(PostRequest(self, payloads, Completion.LATCH, properties, property_types, compression,
+                                             guids))
+        acks = cast("Batch", batch).wait(self._owner.ack_wait_limit(timeout))
         raise_for_failures(acks)
         return acks
 
@@ -329,7 +362,7 @@ class Queue:
         return message
 
     def _check_pull(self, call: str, batches: bool = False) -> None:
-        if not self.read or self._on_message is not None:
+        if not self.read or self.on_message is not None:
             raise QueueStateError(f"{self.uri}: {call} needs a queue opened with read=True and no on_message")
         if self.batches != batches:
             needs = "opened with batches=True" if batches else "opened without batches=True (use get_batch())"
@@ -433,35 +466,42 @@ class Queue:
         self._confirm(tuple(messages))
 
     def _confirm(self, messages: Sequence[Message]) -> None:
-        self._session.confirm_many(messages)
+        self._owner.session.confirm_many(messages)
 
-    def _deliver(self, messages: List[Message]) -> None:
-        """Reader thread: hand messages to get() or to the on_message callback, in order."""
-        self._counters.pushed += len(messages)
-        if self._on_message is None:
+    def deliver(self, messages: List[Message]) -> None:
+        """Session side (not public API), reader thread: hand messages to get() or to the
+        on_message callback, in order."""
+        self.counters.pushed += len(messages)
+        if self.on_message is None:
             put = self._inbox.put
             for message in messages:
                 put(message)
         else:
-            dispatch, on_message = self._session._dispatch, self._on_message
+            dispatch, on_message = self._owner.dispatch, self.on_message
             for message in messages:
                 dispatch(on_message, message)
 
-    def _deliver_batch(self, batch: MessageBatch) -> None:
-        """Reader thread: hand a batch to get_batch()."""
-        self._counters.pushed += len(batch)
+    def deliver_batch(self, batch: MessageBatch) -> None:
+        """Session side (not public API), reader thread: hand a batch to get_batch()."""
+        self.counters.pushed += len(batch)
         self._inbox.put(batch)
 
-    def _mark_closed(self) -> None:
+    def mark_closed(self) -> None:
+        """Session side (not public API): the queue is closed (a blocked :meth:`get` returns)."""
         self.state = QueueState.CLOSED
         self._inbox.put(_CLOSED_SENTINEL)
 
     # ---- lifecycle ----------------------------------------------------------------
     def configure(self, options: QueueOptions, timeout: Optional[float] = None) -> None:
         """Apply new options (see :meth:`bmq.Session.configure_queue`)."""
-        self._session._configure_queue(self, options, timeout)
+        self._owner.configure(self, options, timeout)
+
+    def keep_options(self, options: QueueOptions) -> None:
+        """Session side (not public API; applications call :meth:`configure`): ``options`` are
+        applied, or will be by the next reopen or resume; :attr:`options` says them from now on."""
+        self._options = options
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Close the queue (see :meth:`bmq.Session.close_queue`)."""
-        self._session._close_queue(self, timeout)
+        self._owner.close(self, timeout)
 

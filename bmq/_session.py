@@ -22,7 +22,7 @@ from ._dispatch import Dispatcher, EventQueue, fail_future
 from ._handles import QueueHandles
 from ._options import QueueOptions, SessionOptions, _compression
 from ._outbox import Outbox, OutboxRecord
-from ._puts import PendingPuts, Record
+from ._puts import PendingPuts, PostRequest, Record
 from ._connection import BrokerAddresses, Connection, Endpoint, client_identity
 from ._queue import Queue
 from ._recovery import Recovery, SessionServices
@@ -56,6 +56,21 @@ logger = logging.getLogger(__name__)
 _ACK_WAIT_MARGIN = 5.0
 _EVENT_BACKLOG = 10000
 _session_ids = itertools.count(1)
+
+
+class QueueServices:
+    """What a :class:`Queue` asks of its Session, by name (the Session's own methods stay private):
+    bound methods, so a post pays no extra call."""
+
+    __slots__ = ("session", "post", "ack_wait_limit", "configure", "close", "dispatch")
+
+    def __init__(self, session: "Session") -> None:
+        self.session = session
+        self.post = session._post
+        self.ack_wait_limit = session._ack_wait_limit
+        self.configure = session._configure_queue
+        self.close = session._close_queue
+        self.dispatch = session._dispatch
 
 
 class Session:
@@ -133,6 +148,7 @@ class Session:
             self._on_slow_consumer,
         )
         self._events = EventQueue(self._dispatcher, on_event or options.on_event, _EVENT_BACKLOG)
+        self._queue_services = QueueServices(self)
         self._handles = QueueHandles(self._call, self._lock, self._queues)
         self._deliveries = Deliveries(self, self._queues, self._lock, options.channel_write_timeout, self._telemetry)
         self.outbox_recovered = sum(map(len, self._recovered.values()))
@@ -364,7 +380,7 @@ class Session:
             self._check_running()
             queue_id, sub_id = self._queues.reserve(uri, parsed)
             queue = Queue(
-                self,
+                self._queue_services,
                 parsed,
                 read=read,
                 write=write,
@@ -439,10 +455,10 @@ class Session:
                 raise QueueStateError(f"{uri} is {queue.state}")
             if queue.state == QueueState.PENDING or not queue.read or queue.suspended:
                 # Nothing to send now: the reopen (or the resume) applies the latest options.
-                queue._options = options
+                queue.keep_options(options)
                 return
         self._handles.configure(queue, options, timeout, buffered=True)
-        queue._options = options
+        queue.keep_options(options)
 
     def close_queue(self, uri: str, timeout: Optional[float] = None) -> None:
         """Close a queue: deconfigure (readers) then CloseQueue. While disconnected the close
@@ -473,7 +489,7 @@ class Session:
     def _forget_queue(self, queue: Queue, status: AckStatus) -> None:
         with self._lock:
             self._queues.forget(queue)
-            queue._mark_closed()
+            queue.mark_closed()
         self._puts.cancel_queue(queue, status)
 
     # ---- posting ----------------------------------------------------------------------
@@ -504,21 +520,10 @@ class Session:
             data, properties, property_types=property_types, compression=compression, on_ack=on_ack
         )
 
-    def _post(
-        self,
-        queue: Queue,
-        payloads: Sequence[Any],
-        properties: Any,
-        property_types: Any,
-        compression: Any,
-        guids: Optional[bytes],
-        on_ack: Optional[Callable[[Ack], None]],
-        asynchronous: bool,
-        single: bool = False,
-        on_done: Optional[Callable[[List[Ack]], None]] = None,
-    ) -> Record:
-        """Check that ``queue`` takes posts now, then hand them to the PUT path (in the calling
-        thread): :meth:`PendingPuts.post` builds, records and sends them."""
+    def _post(self, request: PostRequest) -> Record:
+        """Check that ``request.queue`` takes posts now, then hand the call to the PUT path (in
+        the calling thread): :meth:`PendingPuts.post` builds, records and sends it."""
+        queue = request.queue
         if not queue.write:
             raise QueueStateError(f"{queue.uri} was not opened with write=True")
         if queue.state not in (QueueState.OPEN, QueueState.PENDING):
@@ -526,15 +531,14 @@ class Session:
             raise QueueStateError(f"{queue.uri} is {queue.state}")
         if queue.suspended:
             raise QueueStateError(f"{queue.uri} is suspended (host unhealthy)")
+        compression = request.compression
         algorithm = self._compression if compression is None else _compression(compression).value
         trace = None
         if self._telemetry is not None:
-            trace, properties = self._telemetry.start_send(queue.uri, payloads, properties)
+            trace, request.properties = self._telemetry.start_send(queue.uri, request.payloads, request.properties)
         try:
             # Read once: a reconnect may change the broker's features meanwhile.
-            return self._puts.post(queue, payloads, properties, property_types, guids, self._guids,
-                                   self._link.new_style_properties,
-                                   algorithm, on_ack, asynchronous, single, trace, on_done)
+            return self._puts.post(request, self._guids, self._link.new_style_properties, algorithm, trace)
         except BaseException as e:
             if trace is not None:
                 trace.end((), e)  # nothing was sent: the span ends with the error
@@ -594,7 +598,7 @@ class Session:
         """
         with self._lock:
             conn = self._link.current
-            queues = {queue.uri: queue._counters.snapshot(queue.uri) for queue in self._queues}
+            queues = {queue.uri: queue.counters.snapshot(queue.uri) for queue in self._queues}
             return SessionStats.of(self.broker, str(self._link.state), self._link.generation,
                                    conn.transport if conn is not None else None, self._puts.outbox_size(), queues)
 
@@ -679,7 +683,7 @@ class Session:
             # Queues first: a post racing with stop() then fails its state check, and one already
             # past it is refused or settled by the closed table (never left pending).
             for queue in queues:
-                queue._mark_closed()
+                queue.mark_closed()
             try:
                 self._puts.close()
             except OSError as e:  # the outbox is closed regardless; every post was answered

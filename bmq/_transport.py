@@ -365,9 +365,9 @@ class Transport:
         """The reader thread has just answered ``posters`` (two or more) blocking posts at once,
         and their threads will likely post again together: of the next ``posters`` blocking
         sends, all but the last are held in the queue, and the last writes them all. One event
-        of several PUTs costs the broker much less than several events of one PUT each
-        (bmqbrkr, 8 posting threads: 10-13 instead of 18-21 microseconds of CPU per PUT), and
-        the client one socket write. The reader thread releases the wave when its next wait
+        of several PUTs costs the broker much less than several events of one PUT each (the
+        broker pays mostly per event: docs/performance-notes.md), and the client one socket
+        write. The reader thread releases the wave when its next wait
         ends (after _WAVE_WAIT at most), and a poster that goes on to wait alone at once (see
         _release_wave)."""
         with self._lock:
@@ -657,8 +657,8 @@ class Transport:
         ``answer_due``: a thread is blocked until an answer comes (for the reader thread: two or
         more, as one alone usually reads in its place). Then the first ``busy_poll`` seconds of
         the wait poll the socket without sleeping: an answer that comes meanwhile spares the
-        wake-up of a sleeping thread (against bmqbrkr on the development machine, one thread's
-        blocking post p50 84 -> 41 us). Polling that keeps missing (a distant broker) pauses
+        wake-up of a sleeping thread (which costs about as much as the broker's whole answer:
+        docs/performance-notes.md). Polling that keeps missing (a distant broker) pauses
         (see _POLL_MISSES). ``lead``: the caller's, released if the wait ends with nothing
         (READY_LEFT: see _codec.wait_ready).
         """

@@ -244,9 +244,8 @@ def wait_ready(int epfd, int sock_fd, double timeout, list woken, double spin=0.
 
     For the first ``spin`` seconds of the wait the set is polled without sleeping (READY_SPUN:
     something came meanwhile). A broker that answers within tens of microseconds then finds
-    this thread running: waking a sleeping thread costs about as much again (on the 2-core
-    development machine against bmqbrkr, a bare-socket post's round trip takes 72 us sleeping,
-    36 us polling).
+    this thread running: waking a sleeping thread costs about as much again
+    (docs/performance-notes.md).
 
     If setting a latch wrote its kick descriptor, returns READY_HANDED at once without waiting:
     the thread the kick is for reads in the caller's place (see Transport.wait_for), and the
@@ -317,7 +316,7 @@ def wait_lead_then_ready(Lead lead, int epfd, int sock_fd, double timeout):
     reader-waiting flag: a poster taking the lead meanwhile kicks the set, and the wait goes
     back to the lead. The reader thread so takes the interpreter lock again only for data:
     waking for each release of the lead, it took it while the next post let go of it (the ssl
-    module lets go of it in every call: encrypting a PUT took 18 instead of 1.2 us).
+    module lets go of it in every call, so that cost most with TLS).
 
     Raises:
         OSError: the epoll wait failed.

@@ -15,7 +15,7 @@ import bmq
 from bmq import _codec
 from bmq import _puts
 from bmq._outbox import Outbox
-from bmq._puts import PendingPuts
+from bmq._puts import Completion, PendingPuts, PostRequest
 from bmq._stats import QueueCounters
 from bmq._types import QueueState
 
@@ -26,7 +26,7 @@ class _Queue:
     queue_id = 1
 
     def __init__(self) -> None:
-        self._counters = QueueCounters()
+        self.counters = QueueCounters()
 
 
 class _Wire:
@@ -101,7 +101,8 @@ def _run_until_done_or_blocked(spy: _SpyLock, fn: Any) -> threading.Thread:
 
 
 def _post(puts: PendingPuts, queue: _Queue, payloads: List[bytes], asynchronous: bool = True) -> Any:
-    return puts.post(queue, payloads, None, None, None, _codec.GuidGenerator(7), True, 0, None, asynchronous)
+    completion = Completion.FUTURES if asynchronous else Completion.LATCH
+    return puts.post(PostRequest(queue, payloads, completion), _codec.GuidGenerator(7), True, 0)
 
 
 def _hook_first_build(monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
@@ -183,7 +184,7 @@ def test_a_post_refused_for_a_repeated_guid_leaves_nothing_in_the_outbox(tmp_pat
     puts = PendingPuts(bmq.SessionOptions(), lambda fn, *args: fn(*args), outbox)
     guid = _codec.GuidGenerator(7).generate(1)
     with pytest.raises(bmq.InvalidArgumentError, match="twice"):
-        puts.post(_Queue(), [b"x", b"y"], None, None, guid * 2, None, True, 0, None, True)
+        puts.post(PostRequest(_Queue(), [b"x", b"y"], Completion.FUTURES, guids=guid * 2), None, True, 0)
     assert len(outbox) == 0
     outbox.close()
     assert Outbox(str(tmp_path)).pending() == []  # a next process re-sends nothing

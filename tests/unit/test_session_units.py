@@ -41,6 +41,13 @@ class FakeBroker:
         return [next(iter(body)) for body in self.sent]
 
 
+def _owner() -> Any:
+    """What a Queue asks of its session (QueueServices) and what Deliveries compares: one fake."""
+    owner = SimpleNamespace(dispatch=lambda fn, *args: fn(*args))
+    owner.session = owner
+    return owner
+
+
 def _queue(registry: QueueRegistry, owner: Any, uri: str, *, read: bool = False, write: bool = False,
            options: bmq.QueueOptions = bmq.QueueOptions(), on_message: Any = None, batches: bool = False) -> Queue:
     parsed = bmq.parse_uri(uri)
@@ -128,7 +135,7 @@ def test_bad_host_health_suspends_only_queues_that_asked_and_resumes_them(regist
 @pytest.mark.parametrize("by_columns", [False, True], ids=["per message", "by columns (a batch queue is open)"])
 def test_a_push_reaches_its_subscription_and_one_for_an_unknown_queue_is_dropped(registry, caplog, by_columns):
     delivered: List[bmq.Message] = []
-    owner = SimpleNamespace(_dispatch=lambda fn, *args: fn(*args))
+    owner = _owner()
     handles = QueueHandles(FakeBroker().call, threading.RLock(), registry)
     if by_columns:
         batched = _queue(registry, owner, "bmq://bmq.test.mem.priority/batched", read=True, batches=True)
@@ -151,7 +158,7 @@ def test_a_push_reaches_its_subscription_and_one_for_an_unknown_queue_is_dropped
     assert (message.data, message.guid) == (b"one", guids[0])
     # An older broker may name no known subscription: the only reader of that qId takes it.
     assert [m.data for m in delivered] == [b"two", b"three"]
-    assert pushed._counters.pushed == 2 and pulled._counters.pushed == 1
+    assert pushed.counters.pushed == 2 and pulled.counters.pushed == 1
     assert "PUSH for unknown queue 77 / subscription 999 dropped" in caplog.text
     if by_columns:  # once no batch queue is open, PUSH events are decoded per message again
         registry.forget(batched)
@@ -169,7 +176,7 @@ class _Transport:
 def test_confirms_go_out_in_chunks_and_are_counted_per_queue(registry, monkeypatch):
     import bmq._deliveries as deliveries_module
     monkeypatch.setattr(deliveries_module, "_CONFIRM_CHUNK", 4)
-    owner = SimpleNamespace()
+    owner = _owner()
     a = _queue(registry, owner, "bmq://bmq.test.mem.priority/a", read=True)
     b = _queue(registry, owner, "bmq://bmq.test.mem.priority/b?id=x", read=True)
     messages = [bmq.Message(b"m", bytes([i]) * 16, a if i < 6 else b, None, False) for i in range(9)]
@@ -178,18 +185,18 @@ def test_confirms_go_out_in_chunks_and_are_counted_per_queue(registry, monkeypat
     confirmed = [record for event in conn.transport.events for record in _codec.iter_confirms(event)]
     assert len(conn.transport.events) == 3
     assert confirmed == [(m._queue.queue_id, m.guid, m._queue.sub_id) for m in messages]
-    assert (a._counters.confirmed, b._counters.confirmed) == (6, 3)
+    assert (a.counters.confirmed, b.counters.confirmed) == (6, 3)
 
 
 def test_confirms_are_refused_for_another_sessions_or_a_closed_queue_and_dropped_offline(registry):
-    owner = SimpleNamespace()
+    owner = _owner()
     deliveries = Deliveries(owner, registry, threading.RLock(), 5.0)
     ours = _queue(registry, owner, "bmq://bmq.test.mem.priority/a", read=True)
-    theirs = _queue(QueueRegistry(), SimpleNamespace(), "bmq://bmq.test.mem.priority/a", read=True)
+    theirs = _queue(QueueRegistry(), _owner(), "bmq://bmq.test.mem.priority/a", read=True)
     with pytest.raises(bmq.QueueStateError, match="another session"):
         deliveries.confirm([bmq.Message(b"m", b"g" * 16, theirs, None, False)], SimpleNamespace(transport=_Transport()))
     deliveries.confirm([bmq.Message(b"m", b"g" * 16, ours, None, False)], None)  # offline: dropped, not counted
-    assert ours._counters.confirmed == 0
+    assert ours.counters.confirmed == 0
     ours.state = QueueState.CLOSED
     with pytest.raises(bmq.QueueStateError, match="closed"):
         deliveries.confirm([bmq.Message(b"m", b"g" * 16, ours, None, False)], None)
@@ -256,7 +263,7 @@ class _FakeSession:
 
     def forget_queue(self, queue: Queue, status: Any) -> None:
         self._registry.forget(queue)
-        queue._mark_closed()
+        queue.mark_closed()
 
     def services(self) -> SessionServices:
         return SessionServices(1, self.options, self.brokers, lambda *args: self.connect(*args), self.forget_queue,
@@ -264,7 +271,7 @@ class _FakeSession:
 
 
 def test_recovery_reopens_queues_and_resends_unacknowledged_puts_on_a_new_connection(registry):
-    from bmq._puts import PendingPuts
+    from bmq._puts import Completion, PendingPuts
     from bmq._recovery import Recovery
     from bmq._requests import ControlRequests
 
@@ -284,7 +291,7 @@ def test_recovery_reopens_queues_and_resends_unacknowledged_puts_on_a_new_connec
     refused = _queue(registry, session, "bmq://bmq.test.mem.priority/gone", read=True)
     guid = _codec.GuidGenerator(1).generate(1)
     events_sent = _codec.build_put_events(writer.queue_id, guid, [b"kept"], None, flags=_codec.PUT_ACK_REQUESTED)
-    puts.track_and_send(writer, guid, [b"kept"], [None], True, 0, events_sent, None, True)
+    puts.track_and_send(writer, guid, [b"kept"], [None], True, 0, events_sent, Completion.FUTURES)
     unbuffered = requests.add({"openQueue": {}}, buffered=False)
 
     recovery.connection_lost(old, bmq.ConnectionLost("cut"))
