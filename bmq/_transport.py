@@ -359,7 +359,17 @@ class Transport:
         except BaseException as e:  # noqa: B902 - a signal handler's exception included
             if took:
                 self._write_interrupted(e)
+            else:
+                self._wake_writer()  # what a wave held, this send among them, is never stranded
             raise
+
+    def _wake_writer(self) -> None:
+        """Wake the writer thread if something is queued (a send that raised may have left
+        the events a wave held in the queue without a wake-up)."""
+        with self._lock:
+            if self._queue and self._writer_waiting:
+                self._writer_waiting = False
+                self._not_empty.notify()
 
     def _hold_wave(self, posters: int) -> None:
         """The reader thread has just answered ``posters`` (two or more) blocking posts at once,
