@@ -274,11 +274,16 @@ class Batch:
         """The acks of a blocking batch, in order.
 
         Raises:
-            TimeoutError: not all of them within ``timeout``.
+            TimeoutError: not all of them within ``timeout``; ``guids``: every GUID of the call.
         """
         assert self.finished is not None
         if not (self._await or _codec.Latch.wait)(self.finished, timeout):
-            raise TimeoutError(f"{self.remaining} message(s) not acknowledged within {timeout:g} s")
+            error = TimeoutError(
+                f"{self.remaining} of {self.count} message(s) not acknowledged within {timeout:g} s; they are still "
+                f"in flight (answered by the broker later, or TIMEOUT after ack_timeout): to retry without "
+                f"duplicates, post them again with the same GUIDs (error.guids)")
+            error.guids = tuple(self.keys)
+            raise error
         return self.answers()  # type: ignore[return-value]
 
 

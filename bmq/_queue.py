@@ -1,6 +1,7 @@
 """The Queue handle returned by :meth:`bmq.Session.open_queue`."""
 from __future__ import annotations
 
+import collections
 import queue as _stdqueue
 import threading
 import time
@@ -33,11 +34,29 @@ OnMessage = Callable[[Message], None]
 
 
 def raise_for_failures(acks: Sequence[Ack]) -> None:
-    """Raise PostError carrying every non-SUCCESS ack, if any."""
+    """Raise PostError carrying every ack (``failed``: the indexes of those not SUCCESS), if
+    any is not SUCCESS."""
     failed = [ack for ack in acks if ack.status is not AckStatus.SUCCESS]
     if failed:
-        statuses = sorted({ack.status.name for ack in failed})
-        raise PostError(f"{len(failed)} of {len(acks)} message(s) not acknowledged: {', '.join(statuses)}", failed)
+        counts = collections.Counter(ack.status.name for ack in failed)
+        statuses = ", ".join(f"{name} x{count}" if count > 1 else name for name, count in sorted(counts.items()))
+        raise PostError(f"{len(failed)} of {len(acks)} message(s) NACKed or not acknowledged: {statuses}", acks)
+
+
+def _one_guid(guid: Any) -> Optional[bytes]:
+    """A caller's GUID for a one-message post, as bytes (None: make one).
+
+    Raises:
+        ArgumentTypeError: not bytes-like. InvalidArgumentError: not 16 bytes.
+    """
+    if guid is None:
+        return None
+    if not isinstance(guid, (bytes, bytearray, memoryview)):
+        raise ArgumentTypeError(f"guid must be 16 bytes, not {type(guid).__name__}")
+    guid = bytes(guid)
+    if len(guid) != 16:
+        raise InvalidArgumentError(f"guid must be 16 bytes, not {len(guid)}")
+    return guid
 
 
 def _check_payload_sequence(payloads: Any) -> None:
@@ -183,6 +202,7 @@ class Queue:
         property_types: PropertyTypes = None,
         compression: Compression = None,
         on_ack: Optional[Callable[[Ack], None]] = None,
+        guid: Optional[bytes] = None,
     ) -> "Future[Ack]":
         """Post one message; return at once with a future of its :class:`Ack`.
 
@@ -200,6 +220,8 @@ class Queue:
             property_types: ``{name: bmq.PropertyType}`` overriding inferred types.
             compression: ``"zlib"``/``"none"``/enum; the session default when None.
             on_ack: called with the Ack on the dispatcher thread.
+            guid: the message's GUID (16 bytes) instead of a new one: a retry of a post that
+                timed out, with that post's GUID, is stored once (see docs/retries.md).
 
         Returns:
             A Future resolving to the Ack (never raising): SUCCESS, a broker NACK, TIMEOUT
@@ -211,14 +233,16 @@ class Queue:
             QueueStateError: the queue is not open for writing (or is suspended).
             SessionClosedError: the session is stopped.
             ArgumentTypeError (a TypeError): ``data`` is not bytes, bytearray or memoryview.
-            InvalidArgumentError: empty payload or unknown compression.
+            InvalidArgumentError: empty payload, unknown compression, a ``guid`` that is not
+                16 bytes or is still waiting for its ACK in this session.
             MessageTooLargeError, PropertyError: over limits.
             BandwidthLimitError: the connection stayed above its high watermark (or the
                 retransmission buffer full) for ``channel_write_timeout``; nothing was sent.
         """
         # An asynchronous one-message post is its own future (bmq._puts.OnePost).
         return self._owner.post(PostRequest(  # type: ignore[return-value]
-            self, (data,), Completion.futures(on_ack), properties, property_types, compression, single=True))
+            self, (data,), Completion.futures(on_ack), properties, property_types, compression,
+            None if guid is None else _one_guid(guid), single=True))
 
     def post(
         self,
@@ -228,11 +252,12 @@ class Queue:
         property_types: PropertyTypes = None,
         compression: Compression = None,
         timeout: Optional[float] = None,
+        guid: Optional[bytes] = None,
     ) -> Ack:
         """Post one message and block until it is acknowledged.
 
         Args:
-            data, properties, property_types, compression: as :meth:`post_async`.
+            data, properties, property_types, compression, guid: as :meth:`post_async`.
             timeout: seconds to wait for the ACK; default ``ack_timeout`` (+ a margin).
 
         Returns:
@@ -240,11 +265,12 @@ class Queue:
 
         Raises:
             PostError: the Ack was not SUCCESS (``error.ack`` holds it).
-            TimeoutError: no result within ``timeout``.
+            TimeoutError: no result within ``timeout``: the message is still in flight;
+                ``error.guids`` holds its GUID, to post it again without a duplicate.
             Error: the other errors of :meth:`post_async`.
         """
         batch = self._owner.post(PostRequest(self, (data,), Completion.LATCH, properties, property_types, compression,
-                                             single=True))
+                                             None if guid is None else _one_guid(guid), single=True))
         acks = cast("Batch", batch).wait(self._owner.ack_wait_limit(timeout))
         raise_for_failures(acks)
         return acks[0]
@@ -332,8 +358,11 @@ class Queue:
             The Acks, in payload order (all SUCCESS).
 
         Raises:
-            PostError: some Acks were not SUCCESS; ``error.acks`` lists every failed one.
-            TimeoutError: not all results within ``timeout`` (default ``ack_timeout`` + margin).
+            PostError: some Acks were not SUCCESS; ``error.acks`` holds every Ack in payload
+                order, ``error.failed`` the indexes of those that are not.
+            TimeoutError: not all results within ``timeout`` (default ``ack_timeout`` + margin):
+                those messages are still in flight; ``error.guids`` holds every GUID of the
+                call, to post it again (``guids=``) without duplicates.
             Error: the other errors of :meth:`post_many_async`.
         """
         _check_payload_sequence(payloads)
