@@ -105,7 +105,7 @@ class Queue:
     Thread-safety: every method may be called from any thread, including callbacks; the
     attributes are maintained by the session. What is marked *session side* (``deliver``,
     ``deliver_batch``, ``mark_closed``, ``keep_options``, ``handle_parameters``, and the
-    ``counters``, ``parsed`` and ``on_message`` attributes) is how the session's units reach
+    ``counters``, ``parsed``, ``on_message``, ``opened`` and ``opened_with`` attributes) is how the session's units reach
     the queue: not public API, it may change in any release.
     """
 
@@ -139,6 +139,9 @@ class Queue:
         self._inbox: "_stdqueue.SimpleQueue[Any]" = _stdqueue.SimpleQueue()
         #: Messages arrive as MessageBatch objects (get_batch), not one Message each.
         self.batches = batches
+        # Session side: set once the open succeeded or failed; the arguments it was opened with.
+        self.opened = threading.Event()
+        self.opened_with: Dict[str, Any] = {}
         self._take_lock = threading.Lock()  # get_batch: one taker at a time, for _rest
         self._rest: Optional[MessageBatch] = None  # what get_batch took beyond its limits
 
@@ -518,6 +521,7 @@ class Queue:
     def mark_closed(self) -> None:
         """Session side (not public API): the queue is closed (a blocked :meth:`get` returns)."""
         self.state = QueueState.CLOSED
+        self.opened.set()
         self._inbox.put(_CLOSED_SENTINEL)
 
     # ---- lifecycle ----------------------------------------------------------------

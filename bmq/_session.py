@@ -360,7 +360,10 @@ class Session:
             InvalidURIError: bad URI syntax. InvalidArgumentError: neither read nor write, a
                 writer with ``?id=``, ``on_message`` without read, or ``batches`` without read
                 or with ``on_message``.
-            QueueStateError: this URI is already open in this session.
+            QueueStateError: this URI is already open (or being opened) in this session with other
+                flags, options, ``on_message`` or ``batches`` (the message names the difference);
+                or its open, under way in another thread, failed. With the same ones, the call
+                waits for that open and returns the same handle.
             BrokerError: the broker refused. TimeoutError: no answer within ``timeout``.
             SessionClosedError: the session is stopped.
         """
@@ -376,21 +379,28 @@ class Session:
         timeout = self.options.open_queue_timeout if timeout is None else timeout
         if on_message is not None and self._telemetry is not None:
             on_message = self._telemetry.wrap_on_message(on_message)
+        wanted = {"read": read, "write": write, "options": options or QueueOptions(), "on_message": on_message,
+                  "batches": batches}
         with self._lock:
             self._check_running()
-            queue_id, sub_id = self._queues.reserve(uri, parsed)
-            queue = Queue(
-                self._queue_services,
-                parsed,
-                read=read,
-                write=write,
-                options=options or QueueOptions(),
-                on_message=on_message,
-                queue_id=queue_id,
-                sub_id=sub_id,
-                batches=batches,
-            )
-            self._queues.add(queue)
+            existing = self._queues.get(uri)
+            if existing is None:
+                queue_id, sub_id = self._queues.reserve(uri, parsed)
+                queue = Queue(
+                    self._queue_services,
+                    parsed,
+                    read=read,
+                    write=write,
+                    options=wanted["options"],
+                    on_message=on_message,
+                    queue_id=queue_id,
+                    sub_id=sub_id,
+                    batches=batches,
+                )
+                queue.opened_with = wanted
+                self._queues.add(queue)
+        if existing is not None:
+            return self._join_open(existing, wanted, timeout)
         deadline = time.monotonic() + timeout
         generation = self._link.generation
         try:
@@ -408,10 +418,33 @@ class Session:
         with self._lock:
             if queue.state == QueueState.OPENING:
                 queue.state = QueueState.OPEN if self._link.current is not None else QueueState.PENDING
+            queue.opened.set()
         logger.info("opened %s", queue)
         if write and self._recovered:
             self._resend_recovered(queue)
         return queue
+
+    def _join_open(self, queue: Queue, wanted: Dict[str, Any], timeout: float) -> Queue:
+        """``open_queue`` of a URI open or being opened in this session: the same handle once
+        its open is done, if asked with the same arguments.
+
+        Raises:
+            QueueStateError: other arguments (named), or the open under way failed.
+            TimeoutError: the open under way took longer than ``timeout``.
+        """
+        have = dict(queue.opened_with, options=queue.options)
+        differences = [f"{name}={have[name]!r} (asked: {value!r})" for name, value in wanted.items()
+                       if (have[name] is not value if name == "on_message" else have[name] != value)]
+        if differences:
+            raise QueueStateError(f"{queue.uri} is already open in this session with {', '.join(differences)}: "
+                                  f"open it with the same arguments to share that handle, or close it first")
+        if not queue.opened.wait(timeout):
+            raise TimeoutError(f"open_queue({queue.uri!r}): its open under way in another thread took longer than "
+                               f"{timeout:g} s")
+        if queue.state in (QueueState.OPEN, QueueState.PENDING):
+            return queue
+        self._check_running()
+        raise QueueStateError(f"{queue.uri}: its open under way in another thread failed")
 
     def _lookup(self, uri: str) -> Queue:
         queue = self._queues.get(uri)
@@ -527,8 +560,11 @@ class Session:
         if not queue.write:
             raise QueueStateError(f"{queue.uri} was not opened with write=True")
         if queue.state not in (QueueState.OPEN, QueueState.PENDING):
-            self._check_running()
-            raise QueueStateError(f"{queue.uri} is {queue.state}")
+            if queue.state == QueueState.OPENING:  # Session.post(uri) racing with its open_queue()
+                queue.opened.wait(self.options.open_queue_timeout)
+            if queue.state not in (QueueState.OPEN, QueueState.PENDING):
+                self._check_running()
+                raise QueueStateError(f"{queue.uri} is {queue.state}")
         if queue.suspended:
             raise QueueStateError(f"{queue.uri} is suspended (host unhealthy)")
         compression = request.compression
