@@ -11,6 +11,7 @@ import logging
 import ssl
 import threading
 import time
+import warnings
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union, cast
@@ -526,6 +527,34 @@ class Session:
         self._puts.cancel_queue(queue, status)
 
     # ---- posting ----------------------------------------------------------------------
+    def post_async(
+        self,
+        uri: str,
+        data: Union[bytes, bytearray, memoryview],
+        properties: Optional[Mapping[str, Any]] = None,
+        *,
+        property_types: Optional[Mapping[str, Any]] = None,
+        compression: Any = None,
+        on_ack: Optional[Callable[[Ack], None]] = None,
+        guid: Optional[bytes] = None,
+    ) -> "Future[Ack]":
+        """Post to an open queue by URI; return at once with a future of its Ack
+        (:meth:`bmq.Queue.post_async` of that queue).
+
+        Args:
+            uri: the queue's URI (opened with ``write=True``).
+            data, properties, property_types, compression, on_ack, guid: as
+                :meth:`bmq.Queue.post_async`.
+
+        Returns:
+            A Future of the Ack.
+
+        Raises:
+            QueueStateError: ``uri`` not open for writing; the errors of ``Queue.post_async``.
+        """
+        return self._lookup(uri).post_async(data, properties, property_types=property_types,
+                                            compression=compression, on_ack=on_ack, guid=guid)
+
     def post(
         self,
         uri: str,
@@ -536,22 +565,20 @@ class Session:
         compression: Any = None,
         on_ack: Optional[Callable[[Ack], None]] = None,
     ) -> "Future[Ack]":
-        """Post to an open queue by URI, like the official SDK; returns without waiting.
+        """Deprecated meaning: post by URI without waiting, as :meth:`post_async` does.
 
-        Args:
-            uri: the queue's URI (opened with ``write=True``).
-            data, properties, property_types, compression: as :meth:`bmq.Queue.post_async`.
-            on_ack: called with the :class:`bmq.Ack` on the dispatcher thread.
-
-        Returns:
-            A Future of the Ack.
+        From bmq 0.3 ``Session.post`` will block and return the Ack, as :meth:`bmq.Queue.post`
+        does (one meaning per name); until then it returns a Future and warns. Call
+        :meth:`post_async` for a Future, or ``session.get_queue(uri).post(...)`` to block.
 
         Raises:
-            QueueStateError: ``uri`` not open for writing; the errors of ``Queue.post_async``.
+            The errors of :meth:`post_async`.
         """
-        return self._lookup(uri).post_async(
-            data, properties, property_types=property_types, compression=compression, on_ack=on_ack
-        )
+        warnings.warn("Session.post(uri, ...) returns a Future and will block and return the Ack from bmq 0.3, "
+                      "as Queue.post does: call Session.post_async(uri, ...) for a Future",
+                      DeprecationWarning, stacklevel=2)
+        return self.post_async(uri, data, properties, property_types=property_types, compression=compression,
+                               on_ack=on_ack)
 
     def _post(self, request: PostRequest) -> Record:
         """Check that ``request.queue`` takes posts now, then hand the call to the PUT path (in

@@ -84,7 +84,7 @@ def test_a_post_by_uri_during_the_open_waits_for_it(session):
     _hold_the_open(session, waiting, inside)
     thread, opened = _open_in_thread(session, uri, write=True)
     assert inside.wait(30.0)
-    future = session.post(uri, b"posted while opening")  # waits for the open, then posts
+    future = session.post_async(uri, b"posted while opening")  # waits for the open, then posts
     assert future.result(30.0).status is bmq.AckStatus.SUCCESS
     thread.join(30.0)
     assert opened and opened[0].state is bmq.QueueState.OPEN

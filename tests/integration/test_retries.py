@@ -93,3 +93,13 @@ def test_the_example_of_docs_retries_md_runs():
     text = (Path(__file__).resolve().parents[2] / "docs" / "retries.md").read_text()
     (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
     exec(compile(block, "docs/retries.md", "exec"), {"__name__": "__retries__"})
+
+
+def test_session_post_by_uri_is_deprecated_in_favour_of_post_async(broker_address):
+    uri = _uri("by-uri")
+    with bmq.Session(broker_address) as session:
+        session.open_queue(uri, write=True)
+        assert session.post_async(uri, b"a").result(30.0).status is bmq.AckStatus.SUCCESS
+        with pytest.warns(DeprecationWarning, match="post_async"):
+            future = session.post(uri, b"b")  # still the old meaning: a Future
+        assert future.result(30.0).status is bmq.AckStatus.SUCCESS
