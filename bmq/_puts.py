@@ -10,13 +10,15 @@ owner of the durable outbox (append, remove, close).
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import operator
 import threading
 import time
 from concurrent.futures import Future
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
 
 from . import _codec, _properties
 from ._dispatch import AwaitAnswer, PostFuture, new_futures, resolve_futures, thread_condition
@@ -97,34 +99,24 @@ Completion.LATCH = Completion(True)
 Completion.FUTURES = Completion(False)
 
 
-class PostRequest:
+class PostRequest(NamedTuple):
     """One post call as a value: what :class:`bmq.Queue` hands the session, and the session the
-    PUT path (:meth:`PendingPuts.post`).
+    PUT path (:meth:`PendingPuts.post`). The post methods make it with :func:`post_request`
+    (at C speed: a NamedTuple's own constructor is Python code, a cost every post would pay)."""
 
-    Args:
-        queue: the queue posted to.
-        payloads: bytes-like payloads, in order (or a :class:`bmq._codec.PayloadColumn`).
-        completion: how the caller learns the answers (:class:`Completion`).
-        properties: one mapping (or None) for every message, or a sequence of one per message.
-        property_types: ``{name: PropertyType}`` overriding inferred types.
-        compression: as given to the post call (None: the session's default).
-        guids: the caller's GUIDs (16 bytes per message), or None to make them.
-        single: a one-message call: its payload is named ``data`` in errors.
-    """
+    queue: "Queue"  # the queue posted to
+    payloads: Sequence[Any]  # bytes-like payloads, in order (or a _codec.PayloadColumn)
+    completion: Completion  # how the caller learns the answers
+    properties: Any = None  # one mapping (or None) for every message, or one per message
+    property_types: Any = None  # {name: PropertyType} overriding inferred types
+    compression: Any = None  # as given to the post call (None: the session's default)
+    guids: Optional[bytes] = None  # the caller's GUIDs (16 bytes per message), or None to make them
+    single: bool = False  # a one-message call: its payload is named ``data`` in errors
 
-    __slots__ = ("queue", "payloads", "completion", "properties", "property_types", "compression", "guids", "single")
 
-    def __init__(self, queue: "Queue", payloads: Sequence[Any], completion: Completion, properties: Any = None,
-                 property_types: Any = None, compression: Any = None, guids: Optional[bytes] = None,
-                 single: bool = False) -> None:
-        self.queue = queue
-        self.payloads = payloads
-        self.completion = completion
-        self.properties = properties
-        self.property_types = property_types
-        self.compression = compression
-        self.guids = guids
-        self.single = single
+# post_request((queue, payloads, completion, properties, property_types, compression, guids,
+# single)): a PostRequest of its eight fields, in order, made without a Python-level call.
+post_request: Callable[[Tuple[Any, ...]], PostRequest] = functools.partial(tuple.__new__, PostRequest)
 
 
 def _payload_tuple(payloads: Sequence[Any], single: bool) -> Payloads:
@@ -416,13 +408,11 @@ class PendingPuts:
                 GUIDs (nothing sent). OutboxError: the outbox could not record them (nothing
                 sent); and what :meth:`track_and_send` raises.
         """
-        queue = request.queue
-        payloads = _payload_tuple(request.payloads, request.single)
+        queue, payloads, completion, properties, property_types, _, guids, single = request
+        payloads = _payload_tuple(payloads, single)
         count = len(payloads)
-        properties = request.properties
-        if properties is not None or request.property_types is not None:
-            properties = _encode_properties(properties, request.property_types, count, new_style)
-        guids = request.guids
+        if properties is not None or property_types is not None:
+            properties = _encode_properties(properties, property_types, count, new_style)
         caller_guids = guids is not None
         if guids is None:
             guids = generator.generate(count) if count else b""
@@ -443,7 +433,7 @@ class PendingPuts:
                 for i, (payload, props) in enumerate(zip(payloads, per_message))
             ])
         return self.track_and_send(queue, guids, payloads, properties, new_style, compression, events,
-                                   request.completion, trace, caller_guids)
+                                   completion, trace, caller_guids)
 
     def resend_recovered(self, queue: "Queue", entries: List[OutboxRecord]) -> None:
         """Send what a previous process left unacknowledged in the outbox for ``queue``, with the

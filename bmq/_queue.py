@@ -10,7 +10,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List
                     Union, cast)
 
 from ._protocol import queue_flags
-from ._puts import Completion, PostRequest
+from ._puts import Completion, PostRequest, post_request
 from ._stats import QueueCounters
 from ._options import QueueOptions
 from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, MessageBatch, PropertyType, QueueState
@@ -25,6 +25,8 @@ __all__ = ["Queue"]
 
 
 _CLOSED_SENTINEL = object()
+_FUTURES = Completion.FUTURES
+_LATCH = Completion.LATCH
 
 Payload = Union[bytes, bytearray, memoryview]
 Properties = Optional[Mapping[str, Any]]
@@ -243,9 +245,10 @@ class Queue:
                 retransmission buffer full) for ``channel_write_timeout``; nothing was sent.
         """
         # An asynchronous one-message post is its own future (bmq._puts.OnePost).
-        return self._owner.post(PostRequest(  # type: ignore[return-value]
-            self, (data,), Completion.futures(on_ack), properties, property_types, compression,
-            None if guid is None else _one_guid(guid), single=True))
+        completion = _FUTURES if on_ack is None else Completion.futures(on_ack)
+        return self._owner.post(post_request((  # type: ignore[return-value]
+            self, (data,), completion, properties, property_types, compression,
+            None if guid is None else _one_guid(guid), True)))
 
     def post(
         self,
@@ -272,8 +275,8 @@ class Queue:
                 ``error.guids`` holds its GUID, to post it again without a duplicate.
             Error: the other errors of :meth:`post_async`.
         """
-        batch = self._owner.post(PostRequest(self, (data,), Completion.LATCH, properties, property_types, compression,
-                                             None if guid is None else _one_guid(guid), single=True))
+        batch = self._owner.post(post_request((self, (data,), _LATCH, properties, property_types, compression,
+                                               None if guid is None else _one_guid(guid), True)))
         acks = cast("Batch", batch).wait(self._owner.ack_wait_limit(timeout))
         raise_for_failures(acks)
         return acks[0]

@@ -598,7 +598,8 @@ class Session:
         algorithm = self._compression if compression is None else _compression(compression).value
         trace = None
         if self._telemetry is not None:
-            trace, request.properties = self._telemetry.start_send(queue.uri, request.payloads, request.properties)
+            trace, properties = self._telemetry.start_send(queue.uri, request.payloads, request.properties)
+            request = request._replace(properties=properties)
         try:
             # Read once: a reconnect may change the broker's features meanwhile.
             return self._puts.post(request, self._guids, self._link.new_style_properties, algorithm, trace)
