@@ -121,6 +121,10 @@ PRIVATE_ALLOWED = {
 }
 
 
+# A NamedTuple's public methods start with "_" so as not to clash with its fields.
+_NAMEDTUPLE_API = {"_replace", "_asdict", "_make", "_fields", "_field_defaults"}
+
+
 def _defined_privates(tree: ast.AST) -> Set[str]:
     """The private names a module defines: its functions and classes, its module-level names,
     the attributes it assigns on ``self``/``cls``, the names in its ``__slots__``."""
@@ -147,7 +151,7 @@ def _foreign_private_accesses(path: Path) -> Set[str]:
         if not isinstance(node, ast.Attribute):
             continue
         name = node.attr
-        if not name.startswith("_") or (name.startswith("__") and name.endswith("__")):
+        if not name.startswith("_") or (name.startswith("__") and name.endswith("__")) or name in _NAMEDTUPLE_API:
             continue
         if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
             if name in own or not isinstance(node.ctx, ast.Load):
