@@ -301,13 +301,16 @@ READY_SOCKET: Final[int]
 READY_KICKED: Final[int]
 READY_HANDED: Final[int]
 READY_SPUN: Final[int]
+READY_LEFT: Final[int]
 
 def wait_lead_then_ready(lead: Lead, epfd: int, sock_fd: int, timeout: float) -> int:
     """The reader thread's wait while a poster holds ``lead``, without the interpreter lock:
     until the lead is free and the socket has data (READY_SOCKET), or 0 after ``timeout``."""
-def wait_ready(epfd: int, sock_fd: int, timeout: float, woken: list[Latch], spin: float = 0.0) -> int:
+def wait_ready(epfd: int, sock_fd: int, timeout: float, woken: list[Latch], spin: float = 0.0,
+               lead: Optional[Lead] = None) -> int:
     """Release the interpreter lock, set and remove ``woken``'s latches, then wait up to
     ``timeout`` on edge-triggered epoll set ``epfd`` (socket ``sock_fd`` and a kick eventfd),
     polling it without sleeping for the first ``spin`` seconds: READY_SOCKET | READY_KICKED
     bits (with READY_SPUN if one came while polling), or READY_HANDED at once (no wait) if
-    setting a latch wrote its kick descriptor."""
+    setting a latch wrote its kick descriptor. Given the ``lead`` the caller holds, a wait that
+    ends with nothing (time up, or a signal) releases it first and returns READY_LEFT."""

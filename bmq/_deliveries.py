@@ -77,14 +77,14 @@ class Deliveries:
                     continue
                 if target is not queue:
                     if run:
-                        queue._deliver(run)  # type: ignore[union-attr]
+                        queue.deliver(run)  # type: ignore[union-attr]
                     queue, run = target, []
                 message = Message(payload, guid, target, area, new_style, sid)
                 if telemetry is not None:
-                    telemetry.delivered(message, target._on_message is None)
+                    telemetry.delivered(message, target.on_message is None)
                 run.append(message)
         if run:
-            queue._deliver(run)  # type: ignore[union-attr]
+            queue.deliver(run)  # type: ignore[union-attr]
 
     def _handle_push_columns(self, event: bytes) -> None:
         """:meth:`handle_push` for a session with batch readers: one MessageBatch per run of
@@ -97,13 +97,13 @@ class Deliveries:
                     continue
                 batch = MessageBatch(target, guids, payloads, offsets, areas, ((0, sid),))
                 if target.batches:
-                    target._deliver_batch(batch)
+                    target.deliver_batch(batch)
                     continue
                 messages = batch.messages()
                 if self._telemetry is not None:
                     for message in messages:
-                        self._telemetry.delivered(message, target._on_message is None)
-                target._deliver(messages)
+                        self._telemetry.delivered(message, target.on_message is None)
+                target.deliver(messages)
 
     def confirm(self, messages: Iterable[Message], conn: Optional[Connection]) -> None:
         """CONFIRM ``messages`` on ``conn`` (None: not connected, they are dropped).
@@ -123,7 +123,7 @@ class Deliveries:
             queue = message._queue
             if queue is not last:
                 self._check_confirmable(queue)
-                runs.append((queue._counters, len(items)))
+                runs.append((queue.counters, len(items)))
                 queue_id, sub_id, last = queue.queue_id, queue.sub_id, queue
             items.append((queue_id, message.guid, sub_id))
         if not items:
@@ -161,10 +161,10 @@ class Deliveries:
                 logger.info("connection lost: confirms dropped (the broker will redeliver)")
                 return
         with self._lock:
-            queue._counters.confirmed += len(batch)
+            queue.counters.confirmed += len(batch)
 
     def _check_confirmable(self, queue: Queue) -> None:
-        if queue._session is not self._owner:
+        if queue.session is not self._owner:
             raise QueueStateError(f"a message of {queue.uri} from another session cannot be confirmed here")
         if queue.state == QueueState.CLOSED:
             raise QueueStateError(f"{queue.uri} is closed: cannot confirm")

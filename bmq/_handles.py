@@ -76,7 +76,7 @@ class QueueHandles:
         """
         deadline = time.monotonic() + timeout
         suspended = queue.options.suspends_on_bad_host_health and not self.host_healthy
-        self._call({"openQueue": {"handleParameters": queue._handle_parameters()}}, timeout, f"open {queue.uri}",
+        self._call({"openQueue": {"handleParameters": queue.handle_parameters()}}, timeout, f"open {queue.uri}",
                    buffered=buffered)
         if not queue.read:
             return
@@ -136,7 +136,7 @@ class QueueHandles:
         qId would make the broker drop the other handles (writer, other appIds)."""
         with self._lock:
             final = self._registry.is_last_handle(queue)
-        return {"closeQueue": {"handleParameters": queue._handle_parameters(), "isFinal": final}}
+        return {"closeQueue": {"handleParameters": queue.handle_parameters(), "isFinal": final}}
 
     def apply_host_health(self, healthy: bool, timeout: float) -> List[Tuple[Queue, Optional[Error]]]:
         """Suspend (unhealthy) or resume (healthy) the queues opened with

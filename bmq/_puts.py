@@ -10,13 +10,15 @@ owner of the durable outbox (append, remove, close).
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import operator
 import threading
 import time
 from concurrent.futures import Future
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
 
 from . import _codec, _properties
 from ._dispatch import AwaitAnswer, PostFuture, new_futures, resolve_futures, thread_condition
@@ -39,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._queue import Queue
     from ._transport import Answer, Transport
 
-__all__ = ["Batch", "OnePost", "PendingPuts"]
+__all__ = ["Batch", "Completion", "OnePost", "PendingPuts", "PostRequest"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +52,7 @@ _guid_of = operator.itemgetter(2)
 _RETRANSMIT_CHUNK = 10000
 # PUT events close at 1 MiB (a larger message goes alone): bmqbrkr finds each message of an
 # event by walking the event's buffers from its start, so its CPU per message grows with the
-# event's size (post_many of 10,000 1 KiB messages: 5.0-5.6 µs of broker CPU per message in
-# one 10 MiB event, 3.4-4.4 in 1 MiB events).
+# event's size (measured: docs/performance-notes.md).
 _PUT_EVENT_TARGET = 1 << 20
 
 OnAck = Optional[Callable[[Ack], None]]
@@ -62,6 +63,60 @@ Areas = Union[None, bytes, List[Optional[bytes]]]
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _PayloadColumn = _codec.PayloadColumn
 Payloads = Union[Tuple[bytes, ...], _codec.PayloadColumn]
+
+
+class Completion:
+    """How the caller of one post call learns its answers: exactly one of three strategies.
+
+    * ``Completion.LATCH``: the caller blocks on the call's latch and reads its Acks
+      (``post``, ``post_many``);
+    * ``Completion.futures(on_ack)``: one future per message (a one-message call is its own
+      future, :class:`OnePost`), ``on_ack`` also called per Ack on the dispatcher thread
+      (``post_async``, ``post_many_async``);
+    * ``Completion.callback(on_done)``: no future, ``on_done(acks)`` once on the dispatcher
+      thread with every Ack in order (``post_many_callback``).
+    """
+
+    __slots__ = ("waits", "on_ack", "on_done")
+    LATCH: "Completion"
+    FUTURES: "Completion"
+
+    def __init__(self, waits: bool, on_ack: OnAck = None, on_done: OnDone = None) -> None:
+        self.waits = waits  # the caller blocks on a latch (nobody waits for the write itself otherwise)
+        self.on_ack = on_ack
+        self.on_done = on_done
+
+    @classmethod
+    def futures(cls, on_ack: OnAck) -> "Completion":
+        return cls.FUTURES if on_ack is None else cls(False, on_ack)
+
+    @classmethod
+    def callback(cls, on_done: Callable[[List[Ack]], None]) -> "Completion":
+        return cls(False, None, on_done)
+
+
+Completion.LATCH = Completion(True)
+Completion.FUTURES = Completion(False)
+
+
+class PostRequest(NamedTuple):
+    """One post call as a value: what :class:`bmq.Queue` hands the session, and the session the
+    PUT path (:meth:`PendingPuts.post`). The post methods make it with :func:`post_request`
+    (at C speed: a NamedTuple's own constructor is Python code, a cost every post would pay)."""
+
+    queue: "Queue"  # the queue posted to
+    payloads: Sequence[Any]  # bytes-like payloads, in order (or a _codec.PayloadColumn)
+    completion: Completion  # how the caller learns the answers
+    properties: Any = None  # one mapping (or None) for every message, or one per message
+    property_types: Any = None  # {name: PropertyType} overriding inferred types
+    compression: Any = None  # as given to the post call (None: the session's default)
+    guids: Optional[bytes] = None  # the caller's GUIDs (16 bytes per message), or None to make them
+    single: bool = False  # a one-message call: its payload is named ``data`` in errors
+
+
+# post_request((queue, payloads, completion, properties, property_types, compression, guids,
+# single)): a PostRequest of its eight fields, in order, made without a Python-level call.
+post_request: Callable[[Tuple[Any, ...]], PostRequest] = functools.partial(tuple.__new__, PostRequest)
 
 
 def _payload_tuple(payloads: Sequence[Any], single: bool) -> Payloads:
@@ -140,9 +195,8 @@ class Batch:
                  "_await")
 
     def __init__(self, queue: "Queue", keys: Sequence[bytes], payloads: Sequence[bytes], properties: "Areas",
-                 new_style: bool, compression: int, deadline: float, on_ack: OnAck, asynchronous: bool,
-                 trace: Optional["SendTrace"] = None,
-                 await_answer: Optional[AwaitAnswer] = None, on_done: OnDone = None) -> None:
+                 new_style: bool, compression: int, deadline: float, completion: Completion = Completion.FUTURES,
+                 trace: Optional["SendTrace"] = None, await_answer: Optional[AwaitAnswer] = None) -> None:
         count = len(keys)
         self.queue = queue
         self.count = count
@@ -155,8 +209,9 @@ class Batch:
         self.new_style = new_style
         self.compression = compression
         self.deadline = deadline
-        self.on_ack = on_ack
-        self.on_done = on_done
+        self.on_ack = completion.on_ack
+        self.on_done = on_done = completion.on_done
+        asynchronous = not completion.waits
         self.futures: "Optional[List[Future[Ack]]]" = (new_futures(count, await_answer)
                                                         if asynchronous and on_done is None else None)
         self.acks: Optional[List[Optional[Ack]]] = None  # made with the first answer (see answers)
@@ -211,18 +266,23 @@ class Batch:
         """The acks of a blocking batch, in order.
 
         Raises:
-            TimeoutError: not all of them within ``timeout``.
+            TimeoutError: not all of them within ``timeout``; ``guids``: every GUID of the call.
         """
         assert self.finished is not None
         if not (self._await or _codec.Latch.wait)(self.finished, timeout):
-            raise TimeoutError(f"{self.remaining} message(s) not acknowledged within {timeout:g} s")
+            error = TimeoutError(
+                f"{self.remaining} of {self.count} message(s) not acknowledged within {timeout:g} s; they are still "
+                f"in flight (answered by the broker later, or TIMEOUT after ack_timeout): to retry without "
+                f"duplicates, post them again with the same GUIDs (error.guids)")
+            error.guids = tuple(self.keys)
+            raise error
         return self.answers()  # type: ignore[return-value]
 
 
 class OnePost(PostFuture):
     """One ``post_async`` message: its pending record and the future its caller holds, in one
     object (what :class:`Batch` and the future of a one-message batch kept in six: a buffered
-    100-byte ``post_async`` cost about 900 bytes, now under 400; issue 29). It answers what
+    100-byte ``post_async``'s memory more than halved: docs/performance-notes.md). It answers what
     :class:`PendingPuts` asks of a :class:`Batch` of one message.
 
     Once answered it lets go of its payload and properties: a caller may keep the future.
@@ -331,31 +391,24 @@ class PendingPuts:
         return len(self._outbox) if self._outbox is not None else 0
 
     # ---- posting ----------------------------------------------------------------------
-    def post(self, queue: "Queue", payloads: Sequence[Any], properties: Any, property_types: Any,
-             guids: Optional[bytes], generator: Any, new_style: bool, compression: int, on_ack: OnAck,
-             asynchronous: bool, single: bool = False, trace: Optional["SendTrace"] = None,
-             on_done: OnDone = None) -> "Record":
+    def post(self, request: PostRequest, generator: Any, new_style: bool, compression: int,
+             trace: Optional["SendTrace"] = None) -> "Record":
         """Build the PUT events of one post call in the calling thread, write them to the
         outbox (if any), then :meth:`track_and_send` them.
 
         Args:
-            payloads: bytes-like payloads (copied into immutable bytes: they are kept for re-sending).
-            properties: one mapping (or None) for every message, or a sequence of one per message.
-            guids: the caller's GUIDs (16 bytes per message), or None to make them with ``generator``.
+            request: the post call (payloads are copied into immutable bytes: they are kept for
+                re-sending; without ``request.guids`` GUIDs are made with ``generator``).
             new_style: the property encoding the connection negotiated.
             compression: the compression algorithm's wire value.
-            asynchronous: one future per message (none given ``on_done``), else the caller waits on
-                the batch.
-            single: name the payload ``data`` (post) rather than ``payloads[i]`` in errors.
             trace: the OpenTelemetry span of this call (ended with its last answer), or None.
-            on_done: with ``asynchronous`` and no ``on_ack``: called on the dispatcher thread
-                with the answers, in order, once the last one comes.
 
         Raises:
             ArgumentTypeError, InvalidArgumentError, PropertyError: bad payloads, properties or
                 GUIDs (nothing sent). OutboxError: the outbox could not record them (nothing
                 sent); and what :meth:`track_and_send` raises.
         """
+        queue, payloads, completion, properties, property_types, _, guids, single = request
         payloads = _payload_tuple(payloads, single)
         count = len(payloads)
         if properties is not None or property_types is not None:
@@ -365,6 +418,10 @@ class PendingPuts:
             guids = generator.generate(count) if count else b""
         elif len(guids) != 16 * count:
             raise InvalidArgumentError(f"guids must be 16 bytes per message: {len(guids)} bytes for {count} messages")
+        elif count > 1 and len(set(_codec.split_guids(guids))) != count:
+            # Checked before the outbox records them: a refused post must leave nothing there
+            # (a next process would re-send it).
+            raise InvalidArgumentError("the same GUID appears twice in one post")
         # Disconnected (read without the lock: track_and_send builds them if that changed), the
         # events would be thrown away, the reconnect re-sending from the payloads: only check.
         events = _build(queue.queue_id, guids, payloads, properties, compression, new_style,
@@ -375,8 +432,8 @@ class PendingPuts:
                 OutboxRecord(guids[16 * i:16 * i + 16], queue.uri, payload, props, new_style, compression)
                 for i, (payload, props) in enumerate(zip(payloads, per_message))
             ])
-        return self.track_and_send(queue, guids, payloads, properties, new_style, compression, events, on_ack,
-                                   asynchronous, caller_guids, trace, on_done)
+        return self.track_and_send(queue, guids, payloads, properties, new_style, compression, events,
+                                   completion, trace, caller_guids)
 
     def resend_recovered(self, queue: "Queue", entries: List[OutboxRecord]) -> None:
         """Send what a previous process left unacknowledged in the outbox for ``queue``, with the
@@ -388,7 +445,8 @@ class PendingPuts:
             payloads = [entry.payload for entry in group]
             properties = [entry.properties for entry in group]
             events = _build(queue.queue_id, guids, payloads, properties, compression, new_style)
-            self.track_and_send(queue, guids, payloads, properties, new_style, compression, events, None, True)
+            self.track_and_send(queue, guids, payloads, properties, new_style, compression, events,
+                                Completion.FUTURES)
         if entries:
             logger.warning("re-sent %d message(s) recovered from the outbox to %s", len(entries), queue.uri)
 
@@ -401,11 +459,9 @@ class PendingPuts:
         new_style: bool,
         compression: int,
         events: List[bytes],
-        on_ack: OnAck,
-        asynchronous: bool,
-        caller_guids: bool = False,
+        completion: Completion,
         trace: Optional["SendTrace"] = None,
-        on_done: OnDone = None,
+        caller_guids: bool = False,
     ) -> "Record":
         """Record built PUT events (``events``: as :func:`_build` makes them, one bytes object in a
         list, or empty if checked but not built: then built here if they can be sent), then hand
@@ -414,11 +470,11 @@ class PendingPuts:
         An asynchronous post of one message is recorded as a :class:`OnePost` (its own
         future), any other as a :class:`Batch`.
 
-        ``caller_guids``: the GUIDs came from the caller, so check that none repeats or is
-        still pending (its first post would never be settled).
+        ``caller_guids``: the GUIDs came from the caller (none repeats: :meth:`post` checked),
+        so check that none is still pending (its first post would never be settled).
 
         Raises:
-            InvalidArgumentError: a repeated or still pending caller GUID.
+            InvalidArgumentError: a still pending caller GUID (its outbox records removed).
             BandwidthLimitError: no room within ``channel_write_timeout`` (nothing kept).
             SessionClosedError: the session stopped (before or while waiting for room): after
                 :meth:`close` nothing is recorded, as nothing would ever settle it.
@@ -428,19 +484,17 @@ class PendingPuts:
         deadline = time.monotonic() + self._options.ack_timeout
         # One message's answer comes in one read, which the waiting thread (in post() or in its
         # future's result()) can make itself; many come in many reads, each then waking it
-        # rather than the reader (post_many of 1,000: 0.65-0.74 -> 0.93-0.97 us of client CPU
-        # per message).
+        # rather than the reader: only a one-message call waits through await_answer.
         batch: Record
-        if count == 1 and asynchronous and on_done is None:
+        waits = completion.waits
+        if count == 1 and not waits and completion.on_done is None:
             area = properties[0] if isinstance(properties, list) else properties
-            batch = OnePost(queue, payloads[0], area, new_style, compression, deadline, on_ack, trace,
+            batch = OnePost(queue, payloads[0], area, new_style, compression, deadline, completion.on_ack, trace,
                             self._await_answer)
         else:
-            batch = Batch(queue, keys, payloads, properties, new_style, compression, deadline, on_ack, asynchronous,
-                          trace, self._await_answer if count == 1 else None, on_done)
+            batch = Batch(queue, keys, payloads, properties, new_style, compression, deadline, completion, trace,
+                          self._await_answer if count == 1 else None)
         size = len(payloads[0]) if count == 1 else _nbytes(payloads, 0, count)
-        if caller_guids and len(set(keys)) != count:
-            raise InvalidArgumentError("the same GUID appears twice in one post")
         with self._lock:
             try:
                 if self._closed:
@@ -458,7 +512,7 @@ class PendingPuts:
             else:
                 self._pending.update(dict.fromkeys(keys, batch))
             self._bytes += size
-            counters = queue._counters
+            counters = queue.counters
             counters.posted += count
             counters.posted_bytes += size
             transport = self._transport if queue.state == QueueState.OPEN else None
@@ -467,7 +521,7 @@ class PendingPuts:
                 events = _build(queue.queue_id, guids, payloads, properties, compression, new_style)
             (data,) = events
             try:
-                transport.send(data, self._options.channel_write_timeout, asynchronous)
+                transport.send(data, self._options.channel_write_timeout, not waits)
             except BandwidthLimitError:
                 self._unrecord(keys)
                 raise
@@ -507,8 +561,8 @@ class PendingPuts:
                 if batch is not None:
                     size = len(batch.payload_at(batch.position(key)))
                     self._bytes -= size
-                    batch.queue._counters.posted -= 1  # never sent: not posted after all
-                    batch.queue._counters.posted_bytes -= size
+                    batch.queue.counters.posted -= 1  # never sent: not posted after all
+                    batch.queue.counters.posted_bytes -= size
             self._room.notify_all()
         if self._outbox is not None:
             self._outbox.remove(keys)
@@ -565,10 +619,16 @@ class PendingPuts:
                 self._settle_each(acked, answered, settled, guids)
             if self._room_waiters and len(self._pending) < before:  # room for posters, or flush()
                 self._room.notify_all()
-        if guids:
-            self._outbox.remove(guids)  # type: ignore[union-attr]
         woken: List[_codec.Latch] = []
         self._notify(settled, woken)
+        if guids:
+            try:
+                self._outbox.remove(guids)  # type: ignore[union-attr]
+            except BaseException:
+                # The answers are final and given: only the outbox keeps records a next
+                # process would re-send (the broker de-duplicates them within its window).
+                _codec.set_latches(woken)
+                raise
         return woken
 
     def _sole_batch(self, keys: List[bytes]) -> Optional[Batch]:
@@ -595,7 +655,7 @@ class PendingPuts:
         collections.deque(map(self._pending.__delitem__, keys), maxlen=0)  # at C speed
         queue = batch.queue
         acks = _codec.make_acks(Ack, ACK_STATUS_FROM_WIRE, keys, statuses, queue.uri)
-        counters = queue._counters
+        counters = queue.counters
         counters.latencies.append(answered - batch.deadline)
         if statuses.count(0) == count:  # all SUCCESS
             counters.broker_answers[0] += count
@@ -628,7 +688,7 @@ class PendingPuts:
             batch = pop(guid, None)
             if batch is not None:
                 if batch is not last:  # one latency sample per post call in this event
-                    counters = batch.queue._counters
+                    counters = batch.queue.counters
                     counters.latencies.append(answered - batch.deadline)
                     last, uri, answers = batch, batch.queue.uri, counters.broker_answers
                 settle(batch, guid, _new_tuple(Ack, (ACK_STATUS_FROM_WIRE[status], guid, uri)), settled)
@@ -651,13 +711,15 @@ class PendingPuts:
             for guid, batch in taken:
                 del self._pending[guid]
                 self._settle(batch, guid, Ack(status, guid, batch.queue.uri), settled)
-                answers = batch.queue._counters.local_answers
+                answers = batch.queue.counters.local_answers
                 answers[status.name] = answers.get(status.name, 0) + 1
             if taken:
                 self._room.notify_all()
-        if self._outbox is not None and status is not AckStatus.NOT_CONNECTED and taken:
-            self._outbox.remove([guid for guid, _ in taken])
-        self._notify(settled)
+        try:
+            if self._outbox is not None and status is not AckStatus.NOT_CONNECTED and taken:
+                self._outbox.remove([guid for guid, _ in taken])
+        finally:
+            self._notify(settled)  # settled under the lock: their answers are given whatever happens
         return len(taken)
 
     def expire(self) -> None:
@@ -689,23 +751,26 @@ class PendingPuts:
         with self._lock:
             self._transport = None
 
-    def restore(self, transport: "Transport", is_current: Callable[[], bool]) -> None:
-        """Every queue is reopened: re-send all entries with their GUIDs, then let posts through.
+    def restore(self, transport: "Transport") -> None:
+        """Every queue is reopened: re-send all entries with their GUIDs, then let posts through
+        (the caller, :meth:`ConnectionState.restored`, checked that ``transport``'s connection
+        is the current one, under its lock).
 
         Raises:
-            ConnectionLost: the connection went away meanwhile (``is_current()`` is False).
+            ConnectionLost: the connection went away meanwhile (nothing let through).
         """
+        # One critical section: a post let through before the re-sends are queued would reach
+        # the wire ahead of older messages of its queue, and the ACK timer settling (and
+        # letting go of the payload of) a message being re-sent would break the re-send.
         with self._lock:
-            if not is_current():
-                raise ConnectionLost("connection lost while restoring state")
             entries = list(self._pending.items())
+            if entries:
+                logger.warning("re-sending %d unacknowledged message(s)", len(entries))
+            for compression in {batch.compression for _, batch in entries}:
+                group = [(guid, batch) for guid, batch in entries if batch.compression == compression]
+                for data in self._retransmission(group, compression):
+                    transport.send_control(data)
             self._transport = transport
-        if entries:
-            logger.warning("re-sending %d unacknowledged message(s)", len(entries))
-        for compression in {batch.compression for _, batch in entries}:
-            group = [(guid, batch) for guid, batch in entries if batch.compression == compression]
-            for data in self._retransmission(group, compression):
-                transport.send_control(data)
 
     @staticmethod
     def _retransmission(group: List[Tuple[bytes, "Record"]], compression: int) -> Iterable[bytes]:

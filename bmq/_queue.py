@@ -1,13 +1,16 @@
 """The Queue handle returned by :meth:`bmq.Session.open_queue`."""
 from __future__ import annotations
 
+import collections
 import queue as _stdqueue
 import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union, cast
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence,
+                    Union, cast)
 
 from ._protocol import queue_flags
+from ._puts import Completion, PostRequest, post_request
 from ._stats import QueueCounters
 from ._options import QueueOptions
 from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, MessageBatch, PropertyType, QueueState
@@ -15,13 +18,15 @@ from ._uri import QueueUri
 from .exceptions import ArgumentTypeError, InvalidArgumentError, PostError, QueueStateError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._puts import Batch
+    from ._puts import Batch, Record
     from ._session import Session
 
 __all__ = ["Queue"]
 
 
 _CLOSED_SENTINEL = object()
+_FUTURES = Completion.FUTURES
+_LATCH = Completion.LATCH
 
 Payload = Union[bytes, bytearray, memoryview]
 Properties = Optional[Mapping[str, Any]]
@@ -31,11 +36,29 @@ OnMessage = Callable[[Message], None]
 
 
 def raise_for_failures(acks: Sequence[Ack]) -> None:
-    """Raise PostError carrying every non-SUCCESS ack, if any."""
+    """Raise PostError carrying every ack (``failed``: the indexes of those not SUCCESS), if
+    any is not SUCCESS."""
     failed = [ack for ack in acks if ack.status is not AckStatus.SUCCESS]
     if failed:
-        statuses = sorted({ack.status.name for ack in failed})
-        raise PostError(f"{len(failed)} of {len(acks)} message(s) not acknowledged: {', '.join(statuses)}", failed)
+        counts = collections.Counter(ack.status.name for ack in failed)
+        statuses = ", ".join(f"{name} x{count}" if count > 1 else name for name, count in sorted(counts.items()))
+        raise PostError(f"{len(failed)} of {len(acks)} message(s) NACKed or not acknowledged: {statuses}", acks)
+
+
+def _one_guid(guid: Any) -> Optional[bytes]:
+    """A caller's GUID for a one-message post, as bytes (None: make one).
+
+    Raises:
+        ArgumentTypeError: not bytes-like. InvalidArgumentError: not 16 bytes.
+    """
+    if guid is None:
+        return None
+    if not isinstance(guid, (bytes, bytearray, memoryview)):
+        raise ArgumentTypeError(f"guid must be 16 bytes, not {type(guid).__name__}")
+    guid = bytes(guid)
+    if len(guid) != 16:
+        raise InvalidArgumentError(f"guid must be 16 bytes, not {len(guid)}")
+    return guid
 
 
 def _check_payload_sequence(payloads: Any) -> None:
@@ -45,6 +68,22 @@ def _check_payload_sequence(payloads: Any) -> None:
         raise ArgumentTypeError(
             f"post_many takes a sequence of payloads (e.g. [b'...']), not one {type(payloads).__name__} object"
         )
+
+
+class QueueOwner(Protocol):
+    """What a Queue asks of its session, by name (``bmq._session.QueueServices``)."""
+
+    session: "Session"
+
+    def post(self, request: PostRequest) -> "Record": ...
+
+    def ack_wait_limit(self, timeout: Optional[float]) -> float: ...
+
+    def configure(self, queue: "Queue", options: QueueOptions, timeout: Optional[float]) -> None: ...
+
+    def close(self, queue: "Queue", timeout: Optional[float]) -> None: ...
+
+    def dispatch(self, fn: Callable[..., Any], *args: Any) -> None: ...
 
 
 class Queue:
@@ -66,12 +105,15 @@ class Queue:
             (None: the default subscription), for the last two configures.
 
     Thread-safety: every method may be called from any thread, including callbacks; the
-    attributes are maintained by the session.
+    attributes are maintained by the session. What is marked *session side* (``deliver``,
+    ``deliver_batch``, ``mark_closed``, ``keep_options``, ``handle_parameters``, and the
+    ``counters``, ``parsed``, ``on_message``, ``opened`` and ``opened_with`` attributes) is how the session's units reach
+    the queue: not public API, it may change in any release.
     """
 
     def __init__(
         self,
-        session: "Session",
+        owner: QueueOwner,
         parsed: QueueUri,
         *,
         read: bool,
@@ -82,16 +124,16 @@ class Queue:
         sub_id: int,
         batches: bool = False,
     ) -> None:
-        self._session = session
-        self._parsed = parsed
+        self._owner = owner
+        self.parsed = parsed
         self.uri = parsed.uri
         self.read = read
         self.write = write
         self._options = options
-        self._on_message = on_message
+        self.on_message = on_message
         self.queue_id = queue_id
         self.sub_id = sub_id
-        self._counters = QueueCounters()  # bmq.Session.stats(); see bmq/_stats.py
+        self.counters = QueueCounters()  # bmq.Session.stats(); see bmq/_stats.py
         self.state = QueueState.OPENING
         self.suspended = False
         self.subscription_ids: List[int] = []
@@ -99,6 +141,9 @@ class Queue:
         self._inbox: "_stdqueue.SimpleQueue[Any]" = _stdqueue.SimpleQueue()
         #: Messages arrive as MessageBatch objects (get_batch), not one Message each.
         self.batches = batches
+        # Session side: set once the open succeeded or failed; the arguments it was opened with.
+        self.opened = threading.Event()
+        self.opened_with: Dict[str, Any] = {}
         self._take_lock = threading.Lock()  # get_batch: one taker at a time, for _rest
         self._rest: Optional[MessageBatch] = None  # what get_batch took beyond its limits
 
@@ -114,6 +159,15 @@ class Queue:
             self.close()
 
     @property
+    def session(self) -> "Session":
+        """The :class:`bmq.Session` this queue was opened in."""
+        return self._owner.session
+
+    @property
+    def _session(self) -> "Session":
+        return self._owner.session
+
+    @property
     def options(self) -> QueueOptions:
         """The options last applied to this queue."""
         return self._options
@@ -126,10 +180,11 @@ class Queue:
     @property
     def app_id(self) -> Optional[str]:
         """The fan-out appId from the URI's ``?id=``, or None."""
-        return self._parsed.app_id
+        return self.parsed.app_id
 
-    def _handle_parameters(self) -> Dict[str, Any]:
-        """The QueueHandleParameters of this handle (protocol §8.5, §9.1)."""
+    def handle_parameters(self) -> Dict[str, Any]:
+        """Session side (not public API): the QueueHandleParameters of this handle (protocol
+        §8.5, §9.1)."""
         flags = queue_flags(self.read, self.write)
         params: Dict[str, Any] = {
             "uri": self.uri,
@@ -139,8 +194,8 @@ class Queue:
             "writeCount": int(self.write),
             "adminCount": 0,
         }
-        if self._parsed.app_id is not None:
-            params["subIdInfo"] = {"subId": self.sub_id, "appId": self._parsed.app_id}
+        if self.parsed.app_id is not None:
+            params["subIdInfo"] = {"subId": self.sub_id, "appId": self.parsed.app_id}
         return params
 
     # ---- posting ------------------------------------------------------------------
@@ -152,6 +207,7 @@ class Queue:
         property_types: PropertyTypes = None,
         compression: Compression = None,
         on_ack: Optional[Callable[[Ack], None]] = None,
+        guid: Optional[bytes] = None,
     ) -> "Future[Ack]":
         """Post one message; return at once with a future of its :class:`Ack`.
 
@@ -169,6 +225,8 @@ class Queue:
             property_types: ``{name: bmq.PropertyType}`` overriding inferred types.
             compression: ``"zlib"``/``"none"``/enum; the session default when None.
             on_ack: called with the Ack on the dispatcher thread.
+            guid: the message's GUID (16 bytes) instead of a new one: a retry of a post that
+                timed out, with that post's GUID, is stored once (see docs/retries.md).
 
         Returns:
             A Future resolving to the Ack (never raising): SUCCESS, a broker NACK, TIMEOUT
@@ -180,14 +238,17 @@ class Queue:
             QueueStateError: the queue is not open for writing (or is suspended).
             SessionClosedError: the session is stopped.
             ArgumentTypeError (a TypeError): ``data`` is not bytes, bytearray or memoryview.
-            InvalidArgumentError: empty payload or unknown compression.
+            InvalidArgumentError: empty payload, unknown compression, a ``guid`` that is not
+                16 bytes or is still waiting for its ACK in this session.
             MessageTooLargeError, PropertyError: over limits.
             BandwidthLimitError: the connection stayed above its high watermark (or the
                 retransmission buffer full) for ``channel_write_timeout``; nothing was sent.
         """
         # An asynchronous one-message post is its own future (bmq._puts.OnePost).
-        return self._session._post(self, (data,), properties, property_types, compression, None, on_ack, True,
-                                   single=True)  # type: ignore[return-value]
+        completion = _FUTURES if on_ack is None else Completion.futures(on_ack)
+        return self._owner.post(post_request((  # type: ignore[return-value]
+            self, (data,), completion, properties, property_types, compression,
+            None if guid is None else _one_guid(guid), True)))
 
     def post(
         self,
@@ -197,11 +258,12 @@ class Queue:
         property_types: PropertyTypes = None,
         compression: Compression = None,
         timeout: Optional[float] = None,
+        guid: Optional[bytes] = None,
     ) -> Ack:
         """Post one message and block until it is acknowledged.
 
         Args:
-            data, properties, property_types, compression: as :meth:`post_async`.
+            data, properties, property_types, compression, guid: as :meth:`post_async`.
             timeout: seconds to wait for the ACK; default ``ack_timeout`` (+ a margin).
 
         Returns:
@@ -209,12 +271,13 @@ class Queue:
 
         Raises:
             PostError: the Ack was not SUCCESS (``error.ack`` holds it).
-            TimeoutError: no result within ``timeout``.
+            TimeoutError: no result within ``timeout``: the message is still in flight;
+                ``error.guids`` holds its GUID, to post it again without a duplicate.
             Error: the other errors of :meth:`post_async`.
         """
-        batch = self._session._post(self, (data,), properties, property_types, compression, None, None, False,
-                                    single=True)
-        acks = cast("Batch", batch).wait(self._session._ack_wait_limit(timeout))
+        batch = self._owner.post(post_request((self, (data,), _LATCH, properties, property_types, compression,
+                                               None if guid is None else _one_guid(guid), True)))
+        acks = cast("Batch", batch).wait(self._owner.ack_wait_limit(timeout))
         raise_for_failures(acks)
         return acks[0]
 
@@ -252,7 +315,8 @@ class Queue:
         _check_payload_sequence(payloads)
         if not payloads:
             return []
-        batch = self._session._post(self, payloads, properties, property_types, compression, guids, on_ack, True)
+        batch = self._owner.post(PostRequest(self, payloads, Completion.futures(on_ack), properties, property_types,
+                                             compression, guids))
         return batch.futures  # type: ignore[return-value]
 
     def post_many_callback(
@@ -283,8 +347,8 @@ class Queue:
         _check_payload_sequence(payloads)
         if not payloads:
             raise InvalidArgumentError("post_many_callback needs at least one payload")
-        self._session._post(self, payloads, properties, property_types, compression, None, None, True,
-                            on_done=on_done)
+        self._owner.post(PostRequest(self, payloads, Completion.callback(on_done), properties, property_types,
+                                     compression))
 
     def post_many(
         self,
@@ -302,15 +366,19 @@ class Queue:
             The Acks, in payload order (all SUCCESS).
 
         Raises:
-            PostError: some Acks were not SUCCESS; ``error.acks`` lists every failed one.
-            TimeoutError: not all results within ``timeout`` (default ``ack_timeout`` + margin).
+            PostError: some Acks were not SUCCESS; ``error.acks`` holds every Ack in payload
+                order, ``error.failed`` the indexes of those that are not.
+            TimeoutError: not all results within ``timeout`` (default ``ack_timeout`` + margin):
+                those messages are still in flight; ``error.guids`` holds every GUID of the
+                call, to post it again (``guids=``) without duplicates.
             Error: the other errors of :meth:`post_many_async`.
         """
         _check_payload_sequence(payloads)
         if not payloads:
             return []
-        batch = self._session._post(self, payloads, properties, property_types, compression, guids, None, False)
-        acks = cast("Batch", batch).wait(self._session._ack_wait_limit(timeout))
+        batch = self._owner.post(PostRequest(self, payloads, Completion.LATCH, properties, property_types, compression,
+                                             guids))
+        acks = cast("Batch", batch).wait(self._owner.ack_wait_limit(timeout))
         raise_for_failures(acks)
         return acks
 
@@ -331,7 +399,7 @@ class Queue:
         return message
 
     def _check_pull(self, call: str, batches: bool = False) -> None:
-        if not self.read or self._on_message is not None:
+        if not self.read or self.on_message is not None:
             raise QueueStateError(f"{self.uri}: {call} needs a queue opened with read=True and no on_message")
         if self.batches != batches:
             needs = "opened with batches=True" if batches else "opened without batches=True (use get_batch())"
@@ -435,35 +503,43 @@ class Queue:
         self._confirm(tuple(messages))
 
     def _confirm(self, messages: Sequence[Message]) -> None:
-        self._session.confirm_many(messages)
+        self._owner.session.confirm_many(messages)
 
-    def _deliver(self, messages: List[Message]) -> None:
-        """Reader thread: hand messages to get() or to the on_message callback, in order."""
-        self._counters.pushed += len(messages)
-        if self._on_message is None:
+    def deliver(self, messages: List[Message]) -> None:
+        """Session side (not public API), reader thread: hand messages to get() or to the
+        on_message callback, in order."""
+        self.counters.pushed += len(messages)
+        if self.on_message is None:
             put = self._inbox.put
             for message in messages:
                 put(message)
         else:
-            dispatch, on_message = self._session._dispatch, self._on_message
+            dispatch, on_message = self._owner.dispatch, self.on_message
             for message in messages:
                 dispatch(on_message, message)
 
-    def _deliver_batch(self, batch: MessageBatch) -> None:
-        """Reader thread: hand a batch to get_batch()."""
-        self._counters.pushed += len(batch)
+    def deliver_batch(self, batch: MessageBatch) -> None:
+        """Session side (not public API), reader thread: hand a batch to get_batch()."""
+        self.counters.pushed += len(batch)
         self._inbox.put(batch)
 
-    def _mark_closed(self) -> None:
+    def mark_closed(self) -> None:
+        """Session side (not public API): the queue is closed (a blocked :meth:`get` returns)."""
         self.state = QueueState.CLOSED
+        self.opened.set()
         self._inbox.put(_CLOSED_SENTINEL)
 
     # ---- lifecycle ----------------------------------------------------------------
     def configure(self, options: QueueOptions, timeout: Optional[float] = None) -> None:
         """Apply new options (see :meth:`bmq.Session.configure_queue`)."""
-        self._session._configure_queue(self, options, timeout)
+        self._owner.configure(self, options, timeout)
+
+    def keep_options(self, options: QueueOptions) -> None:
+        """Session side (not public API; applications call :meth:`configure`): ``options`` are
+        applied, or will be by the next reopen or resume; :attr:`options` says them from now on."""
+        self._options = options
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Close the queue (see :meth:`bmq.Session.close_queue`)."""
-        self._session._close_queue(self, timeout)
+        self._owner.close(self, timeout)
 

@@ -13,16 +13,16 @@ even while the supervisor blocks in a reconnect), and emits the periodic statist
 connection dies: it fails what cannot wait, marks open queues PENDING and wakes the supervisor.
 
 Recovery works on the session's units, given to it (requests, registry, handles, PUT path,
-events), and on the session's state machine: its lock and condition, state, current connection,
-``_connect``/``_adopt`` and ``stop``. A failure inside its threads stops the session rather than
-leaving callers waiting.
+events), on its state machine (:class:`~bmq._state.ConnectionState`: every state change is one of
+its named transitions) and on a few services of the session (:class:`SessionServices`). A
+failure inside its threads stops the session rather than leaving callers waiting.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, NamedTuple, Optional, Tuple
 
 from . import events as ev
 from ._connection import Connection
@@ -32,12 +32,14 @@ from ._puts import PendingPuts
 from ._queue import Queue
 from ._registry import QueueRegistry
 from ._requests import ControlRequests, Request
+from ._state import ConnectionState
 from ._transport import Transport
-from ._types import AckStatus, QueueState, SessionState
-from .exceptions import ConnectionError, ConnectionLost, Error, QueueStateError, TimeoutError
+from ._types import AckStatus, QueueState
+from .exceptions import ConnectionError, ConnectionLost, Error, QueueStateError, SessionClosedError, TimeoutError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._session import Session
+    from ._connection import BrokerAddresses, Endpoint
+    from ._options import SessionOptions
     from ._stats import SessionStats
 
 __all__ = ["Recovery"]
@@ -48,11 +50,25 @@ _ACK_EXPIRY_TICK = 0.1
 _stats_logger = logging.getLogger("bmq.stats")
 
 
+class SessionServices(NamedTuple):
+    """What Recovery asks of the session besides its units and its state machine."""
+
+    id: int  # the session's number, in thread names
+    options: "SessionOptions"
+    brokers: "BrokerAddresses"
+    connect: Callable[[float, Optional["Endpoint"]], Connection]  # a new negotiated connection, not adopted
+    forget_queue: Callable[[Queue, AckStatus], None]  # a queue that could not be reopened
+    dispatch: Callable[..., None]  # run a callback on the dispatcher thread
+    stats: Callable[[], "SessionStats"]
+    stop: Callable[[], Any]
+
+
 class Recovery:
     """The supervisor and ACK-timer threads of one session (see the module docstring)."""
 
-    def __init__(self, session: "Session", requests: ControlRequests, registry: QueueRegistry,
-                 handles: QueueHandles, puts: PendingPuts, events: EventQueue) -> None:
+    def __init__(self, link: ConnectionState, requests: ControlRequests, registry: QueueRegistry,
+                 handles: QueueHandles, puts: PendingPuts, events: EventQueue, session: SessionServices) -> None:
+        self._link = link
         self._session = session
         self._requests = requests
         self._registry = registry
@@ -60,9 +76,9 @@ class Recovery:
         self._puts = puts
         self._events = events
         self._supervisor = threading.Thread(target=self._guarded, args=(self._supervise,),
-                                            name=f"bmq-supervisor-{session._id}", daemon=True)
+                                            name=f"bmq-supervisor-{session.id}", daemon=True)
         self._ack_timer = threading.Thread(target=self._guarded, args=(self._expire_acks,),
-                                           name=f"bmq-ack-timer-{session._id}", daemon=True)
+                                           name=f"bmq-ack-timer-{session.id}", daemon=True)
 
     @property
     def threads(self) -> Tuple[threading.Thread, threading.Thread]:
@@ -75,43 +91,32 @@ class Recovery:
     def connection_lost(self, conn: Connection, exc: BaseException) -> None:
         """Reader/writer thread: ``conn`` died. If it was the current connection, unbuffered
         requests fail, PUTs wait, open queues become PENDING and the supervisor wakes up."""
-        s = self._session
-        with s._lock:
-            if conn is not s._conn:
-                return
-            s._conn = None
-            self._puts.suspend()
-            if s._stopping():
-                return  # e.g. the broker closing after our Disconnect: nothing to report
-            lost = ConnectionLost(f"connection to {s.broker} lost: {exc}")
+        link = self._link
+        with link.lock:
+            if not link.lost(conn):
+                return  # not the current one, or the session is stopping: nothing to report
+            lost = ConnectionLost(f"connection to {link.endpoint.address} lost: {exc}")
             for request in self._requests.drop_unbuffered():
                 fail_future(request.future, lost)
             for queue in self._registry:
                 if queue.state == QueueState.OPEN:
                     queue.state = QueueState.PENDING
-            if s._state == SessionState.STARTED:
-                s._state = SessionState.RECONNECTING
-            s._wake.notify_all()
         if not isinstance(exc, ConnectionError):
             self._events.emit(ev.Error(f"bad data from the broker, connection dropped: {exc!r}"))
         self._events.emit(ev.ConnectionLost(str(exc)))
 
     def _guarded(self, loop: Callable[[], None]) -> None:
-        s = self._session
         try:
             loop()
         except Exception:  # a bug here must not leave callers hanging
             logger.exception("session thread %s crashed; stopping the session", threading.current_thread().name)
-            threading.Thread(target=s.stop, name=f"bmq-stopper-{s._id}", daemon=True).start()
+            self._stop_in_background()
+
+    def _stop_in_background(self) -> None:
+        threading.Thread(target=self._session.stop, name=f"bmq-stopper-{self._session.id}", daemon=True).start()
 
     def _supervise(self) -> None:
-        s = self._session
-        while True:
-            with s._lock:
-                while s._state not in (SessionState.RECONNECTING, SessionState.STOPPING, SessionState.STOPPED):
-                    s._wake.wait()
-                if s._stopping():
-                    return
+        while self._link.wait_until_reconnecting():
             self._reconnect()
 
     def _expire_acks(self) -> None:
@@ -119,10 +124,8 @@ class Recovery:
         interval = s.options.stats_interval
         next_report = time.monotonic() + interval if interval else None
         while True:
-            with s._lock:
-                if s._stopping():
-                    return
-                s._wake.wait(_ACK_EXPIRY_TICK)
+            if not self._link.pause(_ACK_EXPIRY_TICK):
+                return
             self._puts.expire()
             if next_report is not None and time.monotonic() >= next_report:
                 next_report += interval  # type: ignore[operator]
@@ -133,7 +136,7 @@ class Recovery:
         s = self._session
         _stats_logger.info("%s", snapshot.table())
         if s.options.on_stats is not None:
-            s._dispatch(s.options.on_stats, snapshot)
+            s.dispatch(s.options.on_stats, snapshot)
 
     def _reconnect(self) -> None:
         """Reconnect in rounds, each trying every broker address once, starting after the one
@@ -142,47 +145,46 @@ class Recovery:
         delay first, so backing off starts only once every address has failed. The policy's
         ``max_attempts`` counts rounds."""
         s = self._session
+        link = self._link
         policy = s.options.reconnect
         several = len(s.brokers) > 1
-        where = s.broker if not several else ", ".join(s.brokers.configured)
+        where = link.endpoint.address if not several else ", ".join(s.brokers.configured)
         rounds = 0  # rounds in which every address failed
         while True:
             if not policy.enabled or (policy.max_attempts is not None and rounds >= policy.max_attempts):
                 logger.warning("giving up reconnecting to %s after %d attempt(s)", where, rounds)
                 self._events.emit(ev.Error(f"could not reconnect to {where}; session stopped"))
-                with s._lock:
-                    if s._state == SessionState.RECONNECTING:
-                        s._state = SessionState.STOPPING
-                threading.Thread(target=s.stop, name=f"bmq-stopper-{s._id}", daemon=True).start()
+                link.give_up()
+                self._stop_in_background()
                 return
             backoff = rounds - 1 if several else rounds
-            with s._lock:
-                if s._stopping():
+            if backoff >= 0:
+                if not link.pause(policy.delay(backoff)):
                     return
-                if backoff >= 0:
-                    s._wake.wait(policy.delay(backoff))
-                    if s._stopping():
-                        return
+            elif link.stopping:
+                return
             rounds += 1
             try:
-                conn = s._connect(s.options.connect_timeout, after=s._endpoint)
+                conn = s.connect(s.options.connect_timeout, link.endpoint)
+            except SessionClosedError:
+                return
             except (Error, OSError) as e:
                 logger.info("reconnect attempt %d to %s failed: %s", rounds, where, e)
                 continue
-            with s._lock:
-                if s._stopping():
+            with link.lock:
+                try:
+                    link.adopt(conn)
+                except SessionClosedError:
                     conn.close()
                     return
-                try:
-                    s._adopt(conn)
                 except ConnectionLost:
                     continue
                 to_reopen = [queue for queue in self._registry if queue.state == QueueState.PENDING]
                 # A configure buffered for a queue being reopened names a qId the new
                 # connection does not know yet: it goes after the reopen (so its options win).
                 buffered, deferred = self._requests.for_new_connection({id(queue) for queue in to_reopen})
-            logger.warning("reconnected to %s", s.broker)
-            self._events.emit(ev.Reconnected(address=s.broker))
+            logger.warning("reconnected to %s", link.endpoint.address)
+            self._events.emit(ev.Reconnected(address=link.endpoint.address))
             transport = conn.transport
             assert transport is not None
             try:
@@ -191,36 +193,32 @@ class Recovery:
                 for queue in to_reopen:
                     self._reopen(queue)
                 self._resend_configures(deferred, transport)
-                self._puts.restore(transport, lambda: s._conn is conn)
+                link.restored(conn)
             except (ConnectionLost, TimeoutError) as e:
                 logger.warning("connection lost again while restoring state: %s", e)
                 if isinstance(e, TimeoutError):
                     # The broker is slow, it sent no bad data: say so, then start over.
                     self._events.emit(ev.Error(f"could not restore the session state after reconnecting to "
-                                        f"{s.broker}: {e}; reconnecting again"))
+                                               f"{link.endpoint.address}: {e}; reconnecting again"))
                     e = ConnectionLost(f"reconnecting again: {e}")
-                with s._lock:
-                    if s._conn is conn:
+                with link.lock:
+                    if link.current is conn:
                         # A timeout, not a failure: close() reports nothing, so run the
                         # failure path ourselves.
                         conn.close()
                         self.connection_lost(conn, e)
                 rounds = 1 if several else 0  # back off as after a first failed attempt
                 continue
-            with s._lock:
-                if s._conn is conn and s._state == SessionState.RECONNECTING:
-                    s._state = SessionState.STARTED
             self._events.emit(ev.StateRestored())
             return
 
     def _resend_configures(self, deferred: List[Request], transport: Transport) -> None:
         """Re-send the configures held back until their queues were reopened; those whose
         queue could not be reopened fail (their caller has not given up waiting yet)."""
-        s = self._session
         for request in deferred:
             queue = request.queue
             assert queue is not None
-            with s._lock:
+            with self._link.lock:
                 if not self._requests.is_pending(request):
                     continue  # its caller timed out meanwhile
                 reopened = queue.state == QueueState.OPEN
@@ -239,10 +237,10 @@ class Recovery:
             raise
         except Error as e:
             logger.warning("reopening %s failed: %s", queue.uri, e)
-            s._forget_queue(queue, AckStatus.UNKNOWN)
+            s.forget_queue(queue, AckStatus.UNKNOWN)
             self._events.emit(ev.QueueReopenFailed(queue.uri, str(e)))
             return
-        with s._lock:
+        with self._link.lock:
             if queue.state == QueueState.PENDING:
                 queue.state = QueueState.OPEN
         self._events.emit(ev.QueueReopened(queue.uri))

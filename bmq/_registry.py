@@ -70,7 +70,7 @@ class QueueRegistry:
 
     def is_last_handle(self, queue: "Queue") -> bool:
         """Whether closing ``queue`` leaves no other handle on its qId (a final close)."""
-        _, handles = self._queue_ids.get(queue._parsed.canonical, (None, 1))
+        _, handles = self._queue_ids.get(queue.parsed.canonical, (None, 1))
         return handles <= 1
 
     def forget(self, queue: "Queue") -> None:
@@ -78,7 +78,7 @@ class QueueRegistry:
         if self._by_uri.get(queue.uri) is queue:
             del self._by_uri[queue.uri]
             self.batch_queues -= int(queue.batches)
-            canonical = queue._parsed.canonical
+            canonical = queue.parsed.canonical
             queue_id, handles = self._queue_ids[canonical]
             if handles > 1:
                 self._queue_ids[canonical] = (queue_id, handles - 1)

@@ -11,6 +11,7 @@ import logging
 import ssl
 import threading
 import time
+import warnings
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union, cast
@@ -22,10 +23,11 @@ from ._dispatch import Dispatcher, EventQueue, fail_future
 from ._handles import QueueHandles
 from ._options import QueueOptions, SessionOptions, _compression
 from ._outbox import Outbox, OutboxRecord
-from ._puts import PendingPuts, Record
+from ._puts import PendingPuts, PostRequest, Record
 from ._connection import BrokerAddresses, Connection, Endpoint, client_identity
 from ._queue import Queue
-from ._recovery import Recovery
+from ._recovery import Recovery, SessionServices
+from ._state import ConnectionState
 from ._registry import QueueRegistry
 from ._stats import SessionStats
 from ._telemetry import Telemetry
@@ -55,6 +57,21 @@ logger = logging.getLogger(__name__)
 _ACK_WAIT_MARGIN = 5.0
 _EVENT_BACKLOG = 10000
 _session_ids = itertools.count(1)
+
+
+class QueueServices:
+    """What a :class:`Queue` asks of its Session, by name (the Session's own methods stay private):
+    bound methods, so a post pays no extra call."""
+
+    __slots__ = ("session", "post", "ack_wait_limit", "configure", "close", "dispatch")
+
+    def __init__(self, session: "Session") -> None:
+        self.session = session
+        self.post = session._post
+        self.ack_wait_limit = session._ack_wait_limit
+        self.configure = session._configure_queue
+        self.close = session._close_queue
+        self.dispatch = session._dispatch
 
 
 class Session:
@@ -105,18 +122,12 @@ class Session:
         self.options = options = options or SessionOptions()
         self.brokers = BrokerAddresses(broker)
         """The configured broker addresses (``configured``: the strings given, in order)."""
-        self._endpoint: Endpoint = self.brokers.first  # of the current (or last) connection
+        first = self.brokers.first
         # Off: the hot paths test this for None and nothing of OpenTelemetry is imported.
-        self._telemetry = Telemetry(self._endpoint.host, self._endpoint.port) if options.opentelemetry else None
+        self._telemetry = Telemetry(first.host, first.port) if options.opentelemetry else None
         self._compression = cast(CompressionAlgorithmType, options.compression).value  # the default, per post
         self._id = next(_session_ids)
         self._guids = _codec.GuidGenerator(self._id)
-        self._lock = threading.RLock()
-        self._wake = threading.Condition(self._lock)
-        self._state = SessionState.STARTING
-        self._stop_started = False
-        self._conn: Optional[Connection] = None  # negotiated, current: control traffic
-        self._generation = 0  # connections adopted so far
         self._requests = ControlRequests()
         self._queues = QueueRegistry()
         self._stopped = threading.Event()
@@ -129,6 +140,9 @@ class Session:
                 self._recovered.setdefault(item.queue_uri, []).append(item)
         # The PUT path owns the outbox from here on (appends, removes, closes it).
         self._puts = PendingPuts(options, self._dispatch, outbox)
+        # The state machine: session state, current connection, the PUT path's transport.
+        self._link = ConnectionState(self._puts, first, self._on_adopt)
+        self._lock = self._link.lock  # the session's units keep their state in step under it
         self._dispatcher = Dispatcher(
             f"bmq-dispatcher-{self._id}",
             options.event_queue_high_watermark,
@@ -136,25 +150,25 @@ class Session:
             self._on_slow_consumer,
         )
         self._events = EventQueue(self._dispatcher, on_event or options.on_event, _EVENT_BACKLOG)
+        self._queue_services = QueueServices(self)
         self._handles = QueueHandles(self._call, self._lock, self._queues)
         self._deliveries = Deliveries(self, self._queues, self._lock, options.channel_write_timeout, self._telemetry)
         self.outbox_recovered = sum(map(len, self._recovered.values()))
         """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
         GUID) when its queue is opened for writing."""
-        self._recovery = Recovery(self, self._requests, self._queues, self._handles, self._puts, self._events)
-        self._connecting: Optional[Connection] = None
+        self._recovery = Recovery(self._link, self._requests, self._queues, self._handles, self._puts, self._events,
+                                  SessionServices(self._id, options, self.brokers, self._connect, self._forget_queue,
+                                                  self._dispatch, self.stats, self.stop))
         try:
             conn = self._connect(options.connect_timeout)
-            with self._lock:
-                self._adopt(conn)
-                self._state = SessionState.STARTED
+            self._link.adopt(conn)
+            self._link.restored(conn)
         except BaseException:
-            self._state = SessionState.STOPPED
+            self._link.finish_stop()
             self._dispatcher.stop()
             self._puts.close()
             self._stopped.set()
             raise
-        self._puts.restore(conn.transport, lambda: True)
         self._recovery.start()
         monitor = options.host_health_monitor
         if monitor is not None:
@@ -166,11 +180,11 @@ class Session:
     def broker(self) -> str:
         """The broker address in use (``tcp://HOST:PORT``): that of the current connection, or
         of the last one while reconnecting (the first configured before any)."""
-        return self._endpoint.address
+        return self._link.endpoint.address
 
     def __repr__(self) -> str:
         brokers = self.brokers.configured
-        return f"Session({brokers[0] if len(brokers) == 1 else list(brokers)!r}, state={self._state})"
+        return f"Session({brokers[0] if len(brokers) == 1 else list(brokers)!r}, state={self._link.state})"
 
     def __enter__(self) -> "Session":
         self._check_running()
@@ -213,35 +227,19 @@ class Session:
                           self._puts.handle_acks, self._deliveries.handle_push, self._handle_control,
                           self._recovery.connection_lost, self.options.busy_poll, endpoint,
                           cast(Optional[ssl.SSLContext], self.options.tls))  # __post_init__ made it one
-        with self._lock:
-            self._check_running()
-            self._connecting = conn  # so that stop() can abort a slow negotiation
-        try:
+        with self._link.connecting(conn):  # so that stop() can abort a slow negotiation
             conn.establish(client_identity(self._id, self._guids, self.options.user_agent), endpoint.address,
                            timeout, self.options.credential)
-        finally:
-            with self._lock:
-                self._connecting = None
         logger.info("connected to %s (session %d)", endpoint.address, self._id)
         return conn
 
-    def _adopt(self, conn: Connection) -> None:
-        """Make ``conn`` the current connection for control traffic (caller holds the lock)."""
-        if conn.transport.closed:
-            raise ConnectionLost(f"connection to {self.broker} lost right after negotiation")
-        self._conn = conn
-        if conn.endpoint is not None:
-            self._endpoint = conn.endpoint
-            if self._telemetry is not None:
-                self._telemetry.connected_to(conn.endpoint.host, conn.endpoint.port)
-        self._generation += 1
-        self._new_style = conn.new_style_properties
+    def _on_adopt(self, conn: Connection) -> None:
+        """Under the state machine's lock, with every connection adopted."""
+        if conn.endpoint is not None and self._telemetry is not None:
+            self._telemetry.connected_to(conn.endpoint.host, conn.endpoint.port)
         if self.options.credential is not None:
             conn.keep_authenticated(self.options.credential, self.broker, self.options.connect_timeout,
                                     lambda exc: self._events.emit(ev.AuthenticationFailed(str(exc))))
-
-    def _stopping(self) -> bool:
-        return self._state in (SessionState.STOPPING, SessionState.STOPPED)
 
     # ---- events ---------------------------------------------------------------------
     def _on_slow_consumer(self, slow: bool) -> None:
@@ -289,8 +287,7 @@ class Session:
 
     # ---- control requests -------------------------------------------------------------
     def _check_running(self) -> None:
-        if self._state in (SessionState.STOPPING, SessionState.STOPPED):
-            raise SessionClosedError(f"session to {self.broker} is stopped")
+        self._link.check_running()
 
     def _request(self, body: Dict[str, Any], *, buffered: bool, stopping: bool = False,
                  queue: Optional[Queue] = None) -> Request:
@@ -298,9 +295,9 @@ class Session:
         Only ``stopping`` requests (the Disconnect) may be sent by a stopping session;
         ``queue``: the queue a ConfigureStream is for."""
         with self._lock:
-            if not (stopping and self._state == SessionState.STOPPING):
+            if not (stopping and self._link.state == SessionState.STOPPING):
                 self._check_running()
-            conn = self._conn
+            conn = self._link.current
             if conn is None and not buffered:
                 raise ConnectionLost(f"not connected to {self.broker}")
             request = self._requests.add(body, buffered, queue)
@@ -365,7 +362,10 @@ class Session:
             InvalidURIError: bad URI syntax.
             InvalidArgumentError: neither read nor write, a writer with ``?id=``,
                 ``on_message`` without read, or ``batches`` without read or with ``on_message``.
-            QueueStateError: this URI is already open in this session.
+            QueueStateError: this URI is already open (or being opened) in this session with other
+                flags, options, ``on_message`` or ``batches`` (the message names the difference);
+                or its open, under way in another thread, failed. With the same ones, the call
+                waits for that open and returns the same handle.
             BrokerError: the broker refused.
             TimeoutError: no answer within ``timeout``.
             SessionClosedError: the session is stopped.
@@ -382,28 +382,35 @@ class Session:
         timeout = self.options.open_queue_timeout if timeout is None else timeout
         if on_message is not None and self._telemetry is not None:
             on_message = self._telemetry.wrap_on_message(on_message)
+        wanted = {"read": read, "write": write, "options": options or QueueOptions(), "on_message": on_message,
+                  "batches": batches}
         with self._lock:
             self._check_running()
-            queue_id, sub_id = self._queues.reserve(uri, parsed)
-            queue = Queue(
-                self,
-                parsed,
-                read=read,
-                write=write,
-                options=options or QueueOptions(),
-                on_message=on_message,
-                queue_id=queue_id,
-                sub_id=sub_id,
-                batches=batches,
-            )
-            self._queues.add(queue)
+            existing = self._queues.get(uri)
+            if existing is None:
+                queue_id, sub_id = self._queues.reserve(uri, parsed)
+                queue = Queue(
+                    self._queue_services,
+                    parsed,
+                    read=read,
+                    write=write,
+                    options=wanted["options"],
+                    on_message=on_message,
+                    queue_id=queue_id,
+                    sub_id=sub_id,
+                    batches=batches,
+                )
+                queue.opened_with = wanted
+                self._queues.add(queue)
+        if existing is not None:
+            return self._join_open(existing, wanted, timeout)
         deadline = time.monotonic() + timeout
-        generation = self._generation
+        generation = self._link.generation
         try:
             try:
                 self._handles.open(queue, timeout, buffered=True)
             except BrokerError:
-                if self._generation == generation:
+                if self._link.generation == generation:
                     raise
                 # Reconnected between OpenQueue and ConfigureStream: the new connection never
                 # saw the open, so start over on it.
@@ -413,11 +420,34 @@ class Session:
             raise
         with self._lock:
             if queue.state == QueueState.OPENING:
-                queue.state = QueueState.OPEN if self._conn is not None else QueueState.PENDING
+                queue.state = QueueState.OPEN if self._link.current is not None else QueueState.PENDING
+            queue.opened.set()
         logger.info("opened %s", queue)
         if write and self._recovered:
             self._resend_recovered(queue)
         return queue
+
+    def _join_open(self, queue: Queue, wanted: Dict[str, Any], timeout: float) -> Queue:
+        """``open_queue`` of a URI open or being opened in this session: the same handle once
+        its open is done, if asked with the same arguments.
+
+        Raises:
+            QueueStateError: other arguments (named), or the open under way failed.
+            TimeoutError: the open under way took longer than ``timeout``.
+        """
+        have = dict(queue.opened_with, options=queue.options)
+        differences = [f"{name}={have[name]!r} (asked: {value!r})" for name, value in wanted.items()
+                       if (have[name] is not value if name == "on_message" else have[name] != value)]
+        if differences:
+            raise QueueStateError(f"{queue.uri} is already open in this session with {', '.join(differences)}: "
+                                  f"open it with the same arguments to share that handle, or close it first")
+        if not queue.opened.wait(timeout):
+            raise TimeoutError(f"open_queue({queue.uri!r}): its open under way in another thread took longer than "
+                               f"{timeout:g} s")
+        if queue.state in (QueueState.OPEN, QueueState.PENDING):
+            return queue
+        self._check_running()
+        raise QueueStateError(f"{queue.uri}: its open under way in another thread failed")
 
     def _lookup(self, uri: str) -> Queue:
         queue = self._queues.get(uri)
@@ -463,10 +493,10 @@ class Session:
                 raise QueueStateError(f"{uri} is {queue.state}")
             if queue.state == QueueState.PENDING or not queue.read or queue.suspended:
                 # Nothing to send now: the reopen (or the resume) applies the latest options.
-                queue._options = options
+                queue.keep_options(options)
                 return
         self._handles.configure(queue, options, timeout, buffered=True)
-        queue._options = options
+        queue.keep_options(options)
 
     def close_queue(self, uri: str, timeout: Optional[float] = None) -> None:
         """Close a queue: deconfigure (readers) then CloseQueue. While disconnected the close
@@ -485,7 +515,7 @@ class Session:
         with self._lock:
             if queue.state in (QueueState.CLOSING, QueueState.CLOSED):
                 raise QueueStateError(f"{uri} is already {queue.state}")
-            connected = queue.state == QueueState.OPEN and self._conn is not None
+            connected = queue.state == QueueState.OPEN and self._link.current is not None
             queue.state = QueueState.CLOSING
         try:
             if connected:
@@ -497,10 +527,38 @@ class Session:
     def _forget_queue(self, queue: Queue, status: AckStatus) -> None:
         with self._lock:
             self._queues.forget(queue)
-            queue._mark_closed()
+            queue.mark_closed()
         self._puts.cancel_queue(queue, status)
 
     # ---- posting ----------------------------------------------------------------------
+    def post_async(
+        self,
+        uri: str,
+        data: Union[bytes, bytearray, memoryview],
+        properties: Optional[Mapping[str, Any]] = None,
+        *,
+        property_types: Optional[Mapping[str, Any]] = None,
+        compression: Any = None,
+        on_ack: Optional[Callable[[Ack], None]] = None,
+        guid: Optional[bytes] = None,
+    ) -> "Future[Ack]":
+        """Post to an open queue by URI; return at once with a future of its Ack
+        (:meth:`bmq.Queue.post_async` of that queue).
+
+        Args:
+            uri: the queue's URI (opened with ``write=True``).
+            data, properties, property_types, compression, on_ack, guid: as
+                :meth:`bmq.Queue.post_async`.
+
+        Returns:
+            A Future of the Ack.
+
+        Raises:
+            QueueStateError: ``uri`` not open for writing; the errors of ``Queue.post_async``.
+        """
+        return self._lookup(uri).post_async(data, properties, property_types=property_types,
+                                            compression=compression, on_ack=on_ack, guid=guid)
+
     def post(
         self,
         uri: str,
@@ -511,53 +569,44 @@ class Session:
         compression: Any = None,
         on_ack: Optional[Callable[[Ack], None]] = None,
     ) -> "Future[Ack]":
-        """Post to an open queue by URI, like the official SDK; returns without waiting.
+        """Deprecated meaning: post by URI without waiting, as :meth:`post_async` does.
 
-        Args:
-            uri: the queue's URI (opened with ``write=True``).
-            data, properties, property_types, compression: as :meth:`bmq.Queue.post_async`.
-            on_ack: called with the :class:`bmq.Ack` on the dispatcher thread.
-
-        Returns:
-            A Future of the Ack.
+        From bmq 0.3 ``Session.post`` will block and return the Ack, as :meth:`bmq.Queue.post`
+        does (one meaning per name); until then it returns a Future and warns. Call
+        :meth:`post_async` for a Future, or ``session.get_queue(uri).post(...)`` to block.
 
         Raises:
-            QueueStateError: ``uri`` not open for writing; the errors of ``Queue.post_async``.
+            The errors of :meth:`post_async`.
         """
-        return self._lookup(uri).post_async(
-            data, properties, property_types=property_types, compression=compression, on_ack=on_ack
-        )
+        warnings.warn("Session.post(uri, ...) returns a Future and will block and return the Ack from bmq 0.3, "
+                      "as Queue.post does: call Session.post_async(uri, ...) for a Future",
+                      DeprecationWarning, stacklevel=2)
+        return self.post_async(uri, data, properties, property_types=property_types, compression=compression,
+                               on_ack=on_ack)
 
-    def _post(
-        self,
-        queue: Queue,
-        payloads: Sequence[Any],
-        properties: Any,
-        property_types: Any,
-        compression: Any,
-        guids: Optional[bytes],
-        on_ack: Optional[Callable[[Ack], None]],
-        asynchronous: bool,
-        single: bool = False,
-        on_done: Optional[Callable[[List[Ack]], None]] = None,
-    ) -> Record:
-        """Check that ``queue`` takes posts now, then hand them to the PUT path (in the calling
-        thread): :meth:`PendingPuts.post` builds, records and sends them."""
+    def _post(self, request: PostRequest) -> Record:
+        """Check that ``request.queue`` takes posts now, then hand the call to the PUT path (in
+        the calling thread): :meth:`PendingPuts.post` builds, records and sends it."""
+        queue = request.queue
         if not queue.write:
             raise QueueStateError(f"{queue.uri} was not opened with write=True")
         if queue.state not in (QueueState.OPEN, QueueState.PENDING):
-            self._check_running()
-            raise QueueStateError(f"{queue.uri} is {queue.state}")
+            if queue.state == QueueState.OPENING:  # Session.post(uri) racing with its open_queue()
+                queue.opened.wait(self.options.open_queue_timeout)
+            if queue.state not in (QueueState.OPEN, QueueState.PENDING):
+                self._check_running()
+                raise QueueStateError(f"{queue.uri} is {queue.state}")
         if queue.suspended:
             raise QueueStateError(f"{queue.uri} is suspended (host unhealthy)")
+        compression = request.compression
         algorithm = self._compression if compression is None else _compression(compression).value
         trace = None
         if self._telemetry is not None:
-            trace, properties = self._telemetry.start_send(queue.uri, payloads, properties)
+            trace, properties = self._telemetry.start_send(queue.uri, request.payloads, request.properties)
+            request = request._replace(properties=properties)
         try:
-            # _new_style read once: a reconnect may change the broker's features meanwhile.
-            return self._puts.post(queue, payloads, properties, property_types, guids, self._guids, self._new_style,
-                                   algorithm, on_ack, asynchronous, single, trace, on_done)
+            # Read once: a reconnect may change the broker's features meanwhile.
+            return self._puts.post(request, self._guids, self._link.new_style_properties, algorithm, trace)
         except BaseException as e:
             if trace is not None:
                 trace.end((), e)  # nothing was sent: the span ends with the error
@@ -599,12 +648,12 @@ class Session:
                 ``channel_write_timeout``.
         """
         self._check_running()
-        self._deliveries.confirm(messages, self._conn)
+        self._deliveries.confirm(messages, self._link.current)
 
     def _confirm_batch(self, batch: MessageBatch) -> None:
         """:meth:`MessageBatch.confirm`: same rules as :meth:`confirm_many`."""
         self._check_running()
-        self._deliveries.confirm_batch(batch, self._conn)
+        self._deliveries.confirm_batch(batch, self._link.current)
 
     # ---- statistics -------------------------------------------------------------------
     def stats(self) -> SessionStats:
@@ -616,9 +665,9 @@ class Session:
         Thread-safety: any thread; cheap (the counters are kept all along).
         """
         with self._lock:
-            conn = self._conn
-            queues = {queue.uri: queue._counters.snapshot(queue.uri) for queue in self._queues}
-            return SessionStats.of(self.broker, str(self._state), self._generation,
+            conn = self._link.current
+            queues = {queue.uri: queue.counters.snapshot(queue.uri) for queue in self._queues}
+            return SessionStats.of(self.broker, str(self._link.state), self._link.generation,
                                    conn.transport if conn is not None else None, self._puts.outbox_size(), queues)
 
     # ---- host health ------------------------------------------------------------------
@@ -626,7 +675,7 @@ class Session:
         self._dispatcher.submit(self._apply_host_health, healthy)
 
     def _apply_host_health(self, healthy: bool) -> None:
-        if self._stopping() or healthy == self._handles.host_healthy:
+        if self._link.stopping or healthy == self._handles.host_healthy:
             return
         if not healthy:
             self._events.emit(ev.HostUnhealthy())
@@ -642,7 +691,7 @@ class Session:
     @property
     def is_running(self) -> bool:
         """True from a successful construction until :meth:`stop`."""
-        return self._state not in (SessionState.STOPPING, SessionState.STOPPED)
+        return not self._link.stopping
 
     def stop(self, timeout: Optional[float] = None) -> None:
         """Disconnect and stop every thread; idempotent and bounded.
@@ -653,16 +702,14 @@ class Session:
 
         Args:
             timeout: overall bound in seconds; default ``disconnect_timeout`` + 5.
+
+        Raises:
+            OutboxError: the outbox's final flush to disk failed (the session is stopped all
+                the same).
         """
         timeout = self.options.disconnect_timeout + 5.0 if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        with self._lock:
-            first = not self._stop_started
-            self._stop_started = True
-            conn = self._conn if self._state == SessionState.STARTED else None
-            if self._state != SessionState.STOPPED:
-                self._state = SessionState.STOPPING
-            self._wake.notify_all()
+        first, conn = self._link.begin_stop()
         if not first:
             if threading.current_thread() not in self._own_threads():
                 self._stopped.wait(max(0.0, deadline - time.monotonic()))
@@ -677,42 +724,53 @@ class Session:
 
     def _own_threads(self) -> List[threading.Thread]:
         threads = [self._dispatcher.thread, *self._recovery.threads]
-        conn = self._conn
+        conn = self._link.current
         if conn is not None:
-            threads += [t for t in (conn.transport._reader, conn.transport._writer) if t is not None]
+            threads += conn.transport.threads
         return threads
 
     def _shutdown(self, deadline: float) -> None:
-        with self._lock:
-            self._state = SessionState.STOPPED
-            if self._connecting is not None:
-                self._connecting.abort()
-            conn, self._conn = self._conn, None
-            requests = self._requests.take_all()
-            queues = self._queues.clear()
-            self._wake.notify_all()
-        monitor = self.options.host_health_monitor
-        if monitor is not None:
-            monitor.remove_listener(self._on_host_health)
-        if conn is not None:
-            conn.close()
-            conn.transport.join(max(0.0, deadline - time.monotonic()))
-        closed = SessionClosedError(f"session to {self.broker} stopped")
-        for request in requests:
-            fail_future(request.future, closed)
-        # Queues first: a post racing with stop() then fails its state check, and one already
-        # past it is refused or settled by the closed table (never left pending).
-        for queue in queues:
-            queue._mark_closed()
-        self._puts.close()
-        current = threading.current_thread()
-        for thread in self._recovery.threads:
-            if thread.is_alive() and thread is not current:
-                thread.join(max(0.0, deadline - time.monotonic()))
-        self._events.emit(ev.Disconnected())
-        self._dispatcher.stop()
-        if self._dispatcher.thread is not current:
-            self._dispatcher.thread.join(max(0.0, deadline - time.monotonic()))
-        self._stopped.set()
-        self._events.close()  # next_event() waiters: no event can come any more
+        """Stop for good: every step runs whatever an earlier one raised (an outbox whose final
+        fsync fails must not leave the dispatcher running and ``next_event()`` waiters waiting);
+        the outbox's failure is raised once the session is stopped."""
+        outbox_failure: Optional[OSError] = None
+        try:
+            with self._lock:
+                conn = self._link.finish_stop()
+                requests = self._requests.take_all()
+                queues = self._queues.clear()
+            monitor = self.options.host_health_monitor
+            if monitor is not None:
+                monitor.remove_listener(self._on_host_health)
+            if conn is not None:
+                conn.close()
+                conn.transport.join(max(0.0, deadline - time.monotonic()))
+            closed = SessionClosedError(f"session to {self.broker} stopped")
+            for request in requests:
+                fail_future(request.future, closed)
+            # Queues first: a post racing with stop() then fails its state check, and one already
+            # past it is refused or settled by the closed table (never left pending).
+            for queue in queues:
+                queue.mark_closed()
+            try:
+                self._puts.close()
+            except OSError as e:  # the outbox is closed regardless; every post was answered
+                outbox_failure = e
+            current = threading.current_thread()
+            for thread in self._recovery.threads:
+                if thread.is_alive() and thread is not current:
+                    thread.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            try:
+                self._events.emit(ev.Disconnected())
+                self._dispatcher.stop()
+                if self._dispatcher.thread is not threading.current_thread():
+                    self._dispatcher.thread.join(max(0.0, deadline - time.monotonic()))
+            finally:
+                self._stopped.set()
+                self._events.close()  # next_event() waiters: no event can come any more
         logger.info("session %d to %s stopped", self._id, self.broker)
+        if outbox_failure is not None:
+            raise OutboxError(f"session to {self.broker} stopped, but its outbox could not be flushed to disk: "
+                              f"{outbox_failure} (messages not acknowledged may not be re-sent by a next "
+                              f"session)") from outbox_failure

@@ -44,7 +44,9 @@ _wait_ready = _codec.wait_ready
 _READY_SOCKET = _codec.READY_SOCKET
 _READY_HANDED = _codec.READY_HANDED
 _READY_SPUN = _codec.READY_SPUN
+_READY_LEFT = _codec.READY_LEFT
 _wait_lead_then_ready = _codec.wait_lead_then_ready
+_get_ident = threading.get_ident
 # Where the system has them (Linux), the socket is waited on through edge-triggered epoll sets
 # (one for the reader thread, one for a poster reading in its place): a blocking poster is
 # woken by its ACK instead of by the reader thread (see Transport.wait_for).
@@ -176,7 +178,9 @@ class Transport:
         self._has_room = threading.Condition(self._lock)
         self._queue: Deque[bytes] = collections.deque()
         self._queued = 0  # bytes queued or being written by the writer thread
-        self._writing = False  # a thread is inside a socket write: the others queue
+        # The write token: the ident of the thread inside a socket write (0: none); the others
+        # queue. Taken under _lock; given back on every path (see _write_interrupted).
+        self._writing = 0
         self._last_direct = 0.0  # time.monotonic() after the last write from a sending thread
         # Blocking sends still expected from posters that one read woke together; meanwhile
         # theirs wait in the queue, and the last writes them all (see _hold_wave).
@@ -223,6 +227,11 @@ class Transport:
 
     def __repr__(self) -> str:
         return f"Transport({self.address[0]}:{self.address[1]}, name={self._name})"
+
+    @property
+    def threads(self) -> List[threading.Thread]:
+        """The reader and writer threads (once started)."""
+        return [thread for thread in (self._reader, self._writer) if thread is not None]
 
     @property
     def closed(self) -> bool:
@@ -307,53 +316,69 @@ class Transport:
             ConnectionLost: the connection is closed; nothing was queued.
         """
         size = len(data)
-        with self._lock:
-            if self._queued and self._queued + size > self._high_watermark and not self._closed:
-                deadline = time.monotonic() + timeout
-                while self._queued and self._queued + size > self._high_watermark and not self._closed:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise BandwidthLimitError(
-                            f"{self._queued} bytes still waiting for the socket after {timeout:g} s"
-                        )
-                    waited = time.monotonic()
-                    self._has_room.wait(remaining)
-                    self.high_watermark_wait += time.monotonic() - waited
-            queue = self._queue
-            if self._wave and not coalesce and not self._closed:
-                self._wave -= 1
-                if self._wave:
-                    queue.append(data)  # held for the rest of the wave: no writer wake-up
-                    self._queued += size
+        took = 0  # this thread took the write token: given back on every path
+        try:
+            with self._lock:
+                if self._queued and self._queued + size > self._high_watermark and not self._closed:
+                    deadline = time.monotonic() + timeout
+                    while self._queued and self._queued + size > self._high_watermark and not self._closed:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            raise BandwidthLimitError(
+                                f"{self._queued} bytes still waiting for the socket after {timeout:g} s"
+                            )
+                        waited = time.monotonic()
+                        self._has_room.wait(remaining)
+                        self.high_watermark_wait += time.monotonic() - waited
+                queue = self._queue
+                if self._wave and not coalesce and not self._closed:
+                    self._wave -= 1
+                    if self._wave:
+                        queue.append(data)  # held for the rest of the wave: no writer wake-up
+                        self._queued += size
+                        return
+                    last_of_wave = True
+                else:
+                    last_of_wave = False
+                if self._writing or self._closed or (
+                        (queue or (coalesce and time.monotonic() - self._last_direct < _BURST))
+                        and not (coalesce and len(queue) >= _SELF_FLUSH) and not last_of_wave):
+                    self._enqueue(data)
                     return
-                last_of_wave = True
+                # Write from this thread: nothing is queued (a blocking post's latency pays no
+                # hand-off), a wave is complete, or a stream of coalescing sends has queued enough.
+                # The writer thread needs the interpreter lock, which a thread that keeps posting
+                # holds: without this, what is queued would wait for it while the broker idles.
+                if queue:
+                    queue.append(data)
+                    self._queued += size
+                    batch, taken = self._take()
+                else:
+                    batch, taken = [data], 0
+                self._writing = took = _get_ident()
+            self._write_direct(batch, taken)
+        except BaseException as e:  # noqa: B902 - a signal handler's exception included
+            if took:
+                self._write_interrupted(e)
             else:
-                last_of_wave = False
-            if self._writing or self._closed or (
-                    (queue or (coalesce and time.monotonic() - self._last_direct < _BURST))
-                    and not (coalesce and len(queue) >= _SELF_FLUSH) and not last_of_wave):
-                self._enqueue(data)
-                return
-            # Write from this thread: nothing is queued (a blocking post's latency pays no
-            # hand-off), a wave is complete, or a stream of coalescing sends has queued enough.
-            # The writer thread needs the interpreter lock, which a thread that keeps posting
-            # holds: without this, what is queued would wait for it while the broker idles.
-            if queue:
-                queue.append(data)
-                self._queued += size
-                batch, taken = self._take()
-            else:
-                batch, taken = [data], 0
-            self._writing = True
-        self._write_direct(batch, taken)
+                self._wake_writer()  # what a wave held, this send among them, is never stranded
+            raise
+
+    def _wake_writer(self) -> None:
+        """Wake the writer thread if something is queued (a send that raised may have left
+        the events a wave held in the queue without a wake-up)."""
+        with self._lock:
+            if self._queue and self._writer_waiting:
+                self._writer_waiting = False
+                self._not_empty.notify()
 
     def _hold_wave(self, posters: int) -> None:
         """The reader thread has just answered ``posters`` (two or more) blocking posts at once,
         and their threads will likely post again together: of the next ``posters`` blocking
         sends, all but the last are held in the queue, and the last writes them all. One event
-        of several PUTs costs the broker much less than several events of one PUT each
-        (bmqbrkr, 8 posting threads: 10-13 instead of 18-21 microseconds of CPU per PUT), and
-        the client one socket write. The reader thread releases the wave when its next wait
+        of several PUTs costs the broker much less than several events of one PUT each (the
+        broker pays mostly per event: docs/performance-notes.md), and the client one socket
+        write. The reader thread releases the wave when its next wait
         ends (after _WAVE_WAIT at most), and a poster that goes on to wait alone at once (see
         _release_wave)."""
         with self._lock:
@@ -361,23 +386,41 @@ class Transport:
 
     def _release_wave(self) -> None:
         """Give up waiting for the rest of a wave: write what it held from this thread."""
-        with self._lock:
-            self._wave = 0
-            if self._writing or self._closed or not self._queue:
-                return
-            self._writing = True
-            batch, taken = self._take()
+        took = 0
         try:
+            with self._lock:
+                self._wave = 0
+                if self._writing or self._closed or not self._queue:
+                    return
+                batch, taken = self._take()
+                self._writing = took = _get_ident()
             self._write_direct(batch, taken)
         except ConnectionLost:
             pass  # the transport failed (its owner was told): the session re-sends what it held
+        except BaseException as e:  # noqa: B902 - a signal handler's exception included
+            if took:
+                self._write_interrupted(e)
+            raise
+
+    def _write_interrupted(self, exc: BaseException) -> None:
+        """This thread took the write token and ``exc`` (a signal handler's KeyboardInterrupt,
+        say) came before it gave it back, maybe amid an event: give it back and fail the
+        connection (the session reconnects and re-sends what is unanswered), as a failed
+        write does. Idempotent: a write that failed has done both already."""
+        with self._lock:
+            if self._writing == _get_ident():
+                self._writing = 0
+                self._has_room.notify_all()  # the reader may be waiting to close the socket
+        self._fail(ConnectionLost(f"write to {self.address[0]}:{self.address[1]} was interrupted ({exc!r}): "
+                                  f"an event may have been cut"), exc)
 
     def _write_direct(self, batch: List[bytes], taken: int) -> None:
-        """This thread set ``_writing`` and took ``taken`` queued bytes into ``batch``: write what
-        the socket takes at once, and leave the rest to the writer thread."""
+        """This thread took the write token and ``taken`` queued bytes into ``batch``: write what
+        the socket takes at once, and leave the rest to the writer thread. The caller gives the
+        token back (:meth:`_write_interrupted`) if this raises."""
         data, sent = self._write(batch, wait=False)
         with self._lock:
-            self._writing = False
+            self._writing = 0
             self._last_direct = time.monotonic()
             self.bytes_out += sent
             self._queued -= taken
@@ -411,7 +454,7 @@ class Transport:
             self._not_empty.notify()
 
     def _write(self, batch: List[bytes], wait: bool) -> Tuple[bytes, int]:
-        """This thread set ``_writing``: write ``batch`` joined (queued PUTs or CONFIRMs become
+        """This thread holds the write token: write ``batch`` joined (queued PUTs or CONFIRMs become
         one event: the broker pays per event). What the socket takes at once goes with the
         interpreter lock kept; with ``wait`` the rest is waited for with it released.
         Returns the data and how much of it was written.
@@ -441,7 +484,7 @@ class Transport:
                 sent = len(data)
         except (OSError, TLSError) as e:
             with self._lock:
-                self._writing = False
+                self._writing = 0
                 self._has_room.notify_all()  # the reader may be waiting to close the socket
             message = f"write to {self.address[0]}:{self.address[1]} failed: {e}"
             self._fail(ConnectionLost(message), e)
@@ -461,7 +504,17 @@ class Transport:
         return batch, size
 
     def _write_loop(self) -> None:
+        try:
+            self._write_queued()
+        except ConnectionLost:
+            return  # the write failed: the transport has failed and given the token back
+        except BaseException as e:  # noqa: B902 - a bug must not leave the token taken
+            self._write_interrupted(e)
+            raise
+
+    def _write_queued(self) -> None:
         queue = self._queue
+        ident = _get_ident()
         while True:
             with self._lock:
                 while ((not queue and not self._tls_out) or self._writing) and not self._closed:
@@ -469,14 +522,11 @@ class Transport:
                     self._not_empty.wait()
                 if self._closed:
                     return
-                self._writing = True
                 batch, size = self._take() if queue else ([b""], 0)  # else: TLS bytes left over
-            try:
-                data, _ = self._write(batch, wait=True)
-            except ConnectionLost:
-                return
+                self._writing = ident
+            data, _ = self._write(batch, wait=True)
             with self._lock:
-                self._writing = False
+                self._writing = 0
                 self._queued -= size  # what was queued: joining events made data shorter
                 self.bytes_out += len(data)
                 self._has_room.notify_all()
@@ -575,11 +625,22 @@ class Transport:
             with self._read_lock:
                 self._read_closed = True
                 sock.close()
-                for epoll, kick in ((self._epoll, self._kick), (self._reader_epoll, self._reader_kick)):
-                    if epoll is not None:
-                        epoll.close()
-                        os.close(kick)
                 self._release_owner()
+            if not self._blocked:
+                self._close_wait_sets()
+            # Else a thread in wait_for may still kick them (or have a latch kick one): the last
+            # to leave closes them, so that no number is written after being reused.
+
+    def _close_wait_sets(self) -> None:
+        """The transport closed for good and no thread waits in :meth:`wait_for`: close the epoll
+        sets and their kick eventfds (once; the last one out does it)."""
+        with self._read_lock:
+            sets = [(self._epoll, self._kick), (self._reader_epoll, self._reader_kick)]
+            self._kick = self._reader_kick = -1
+            for epoll, kick in sets:
+                if kick >= 0:
+                    epoll.close()  # type: ignore[union-attr]
+                    os.close(kick)
 
     def _release_owner(self) -> None:
         """Caller holds _read_lock, the transport closed for good: drop the references back to
@@ -599,7 +660,7 @@ class Transport:
             exc = exc.__cause__ or exc.__context__
 
     def _wait(self, timeout: float, woken: List[_codec.Latch], answer_due: bool,
-              epoll: Optional["select.epoll"]) -> int:
+              epoll: Optional["select.epoll"], lead: Optional[_codec.Lead] = None) -> int:
         """Set ``woken``'s latches once the interpreter lock is released, then wait up to
         ``timeout`` for the socket in ``epoll`` (the reader thread's set or the posters': see
         :meth:`connect`; None: with poll): READY_* bits (see _codec.wait_ready).
@@ -607,9 +668,10 @@ class Transport:
         ``answer_due``: a thread is blocked until an answer comes (for the reader thread: two or
         more, as one alone usually reads in its place). Then the first ``busy_poll`` seconds of
         the wait poll the socket without sleeping: an answer that comes meanwhile spares the
-        wake-up of a sleeping thread (against bmqbrkr on the development machine, one thread's
-        blocking post p50 84 -> 41 us). Polling that keeps missing (a distant broker) pauses
-        (see _POLL_MISSES).
+        wake-up of a sleeping thread (which costs about as much as the broker's whole answer:
+        docs/performance-notes.md). Polling that keeps missing (a distant broker) pauses
+        (see _POLL_MISSES). ``lead``: the caller's, released if the wait ends with nothing
+        (READY_LEFT: see _codec.wait_ready).
         """
         if epoll is None:
             return _READY_SOCKET if _wait_readable(self._fd, timeout, woken) else 0
@@ -619,7 +681,7 @@ class Transport:
                 self._poll_paused -= 1
             else:
                 spin = self._busy_poll
-        ready = _wait_ready(epoll.fileno(), self._fd, timeout, woken, spin)
+        ready = _wait_ready(epoll.fileno(), self._fd, timeout, woken, spin, lead)
         if spin and not ready & _READY_HANDED:
             if ready & _READY_SPUN:
                 self._poll_misses = 0
@@ -709,47 +771,64 @@ class Transport:
         transport too (the session reconnects and re-sends what is unanswered), then propagates.
         """
         blocked = self._blocked
-        blocked.append(None)
+        blocked.append(None)  # from here until pop(), the wait sets stay open (_close_wait_sets)
         try:
             if (self._epoll is None or len(blocked) > 1 or threading.get_ident() == self._reader_ident
                     or not self._lead.acquire()):
                 return bool(latch.wait(timeout))
             deadline = time.monotonic() + timeout
             woken: List[_codec.Latch] = []
+            leading = True
             try:
+                if self._read_closed:
+                    return bool(latch.wait(timeout))
                 if self._lead.reader_waiting():
                     os.eventfd_write(self._reader_kick, 1)  # out of its set: see _read_loop
                 if self._wave:
                     self._release_wave()  # this post may be held, and nobody else waits to send
                 if not latch.kick_to(self._kick):
-                    self._read_until(latch, deadline, woken)
+                    leading = self._read_until(latch, deadline, woken)
             finally:
                 latch.kick_to(-1)
-                self._lead.release()
+                if leading:
+                    self._lead.release()
                 _codec.set_latches(woken)
             return bool(latch.wait(max(0.0, deadline - time.monotonic())))
         finally:
             blocked.pop()
+            if self._read_closed and not blocked:
+                self._close_wait_sets()  # the reader thread left them to the last waiter
 
-    def _read_until(self, latch: Answer, deadline: float, woken: List[_codec.Latch]) -> None:
-        """Caller holds _lead: read in the reader thread's place until ``latch`` is answered."""
+    def _read_until(self, latch: Answer, deadline: float, woken: List[_codec.Latch]) -> bool:
+        """Caller holds _lead: read in the reader thread's place until ``latch`` is answered.
+        Returns whether the caller still holds the lead: a wait that ended with nothing let go
+        of it before any Python code (a signal handler) could run, and taking it again may fail."""
         while not self._closed:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return
+                return True
             # Any wake-up reads: a kick may come from a thread that left data (below).
-            if self._wait(min(remaining, _LEAD_SLICE), woken, True, self._epoll):
+            ready = self._wait(min(remaining, _LEAD_SLICE), woken, True, self._epoll, self._lead)
+            if ready & _READY_LEFT:
+                # Signal handlers have run: take the lead again unless someone else has (or the
+                # transport closed meanwhile), and kick the reader thread out of its set again.
+                if self._closed or self._lead_done(latch, woken) or not self._lead.acquire():
+                    return False
+                if self._lead.reader_waiting():
+                    os.eventfd_write(self._reader_kick, 1)
+                continue
+            if ready:
                 failure: Optional[BaseException] = None
                 with self._read_lock:
                     if self._read_closed:
-                        return
+                        return True
                     try:
                         while self._read_once(woken) >= _STREAMING_READ:
                             if self._lead_done(latch, woken):
                                 # Answered (or no longer alone) amid a stream: more may be
                                 # waiting, and no new edge comes for it: the reader reads on.
                                 os.eventfd_write(self._reader_kick, 1)
-                                return
+                                return True
                     except BaseException as e:  # noqa: B902 - the transport fails as if the reader read it
                         failure = e
                 if failure is not None:
@@ -758,7 +837,7 @@ class Transport:
                         # thread; the post goes on waiting (re-sent after the reconnect).
                         # Outside _read_lock: the owner's failure handling may wait for the reader.
                         self._read_failed(failure)
-                        return
+                        return True
                     # Not the connection's: what a signal handler raised in this (main) thread
                     # (KeyboardInterrupt, an alarm's exception) or a bug, maybe halfway through
                     # handing up events. Drop the connection (the session reconnects and re-sends
@@ -767,7 +846,8 @@ class Transport:
                                               f"({failure!r})"), failure)
                     raise failure
             if self._lead_done(latch, woken):
-                return
+                return True
+        return True
 
     def _lead_done(self, latch: Answer, woken: List[_codec.Latch]) -> bool:
         """Whether a thread reading in the reader's place stops: answered (a latch is in

@@ -14,7 +14,7 @@ bmq raises :class:`ArgumentTypeError`, a ``TypeError`` that is also a ``bmq.Erro
 from __future__ import annotations
 
 import builtins
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._types import Ack
@@ -131,7 +131,16 @@ class AuthenticationError(ClosedByBroker):
 
 
 class TimeoutError(Error, builtins.TimeoutError):
-    """An operation did not complete within its timeout."""
+    """An operation did not complete within its timeout.
+
+    Attributes:
+        guids: raised by a post (``Queue.post``, ``Queue.post_many``): the GUID of every
+            message of the call (16-byte ``bytes``, in input order). Those messages are still in
+            flight: posting them again with these GUIDs (``guid=``, ``guids=``) cannot store
+            them twice (see docs/retries.md). Empty for other operations.
+    """
+
+    guids: Tuple[bytes, ...] = ()
 
 
 class BrokerError(Error):
@@ -168,17 +177,24 @@ class PostError(Error):
     """One or more posted messages were not acknowledged with SUCCESS.
 
     Attributes:
-        acks: the failed acks (one for :meth:`Queue.post`, every failure for ``post_many``).
+        acks: every Ack of the call, in input order (one for :meth:`Queue.post`).
+        failed: the indexes in ``acks`` of those that are not SUCCESS.
     """
 
     def __init__(self, message: str, acks: Sequence["Ack"]):
         super().__init__(message)
         self.acks = list(acks)
+        self.failed = [i for i, ack in enumerate(self.acks) if ack.status.name != "SUCCESS"]
 
     @property
     def ack(self) -> "Ack":
-        """The first failed ack."""
-        return self.acks[0]
+        """The first Ack that is not SUCCESS."""
+        return self.acks[self.failed[0] if self.failed else 0]
+
+    @property
+    def guids(self) -> List[bytes]:
+        """The GUID of every message of the call (16-byte ``bytes``, input order)."""
+        return [ack.guid for ack in self.acks]
 
 
 class BandwidthLimitError(Error):

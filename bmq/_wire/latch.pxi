@@ -229,32 +229,40 @@ cdef enum:
     _READY_KICKED = 2
     _READY_HANDED = 4
     _READY_SPUN = 8
+    _READY_LEFT = 16
 READY_SOCKET = _READY_SOCKET
 READY_KICKED = _READY_KICKED
 READY_HANDED = _READY_HANDED
 READY_SPUN = _READY_SPUN
+READY_LEFT = _READY_LEFT
 
 
-def wait_ready(int epfd, int sock_fd, double timeout, list woken, double spin=0.0):
+def wait_ready(int epfd, int sock_fd, double timeout, list woken, double spin=0.0, Lead lead=None):
     """Release the interpreter lock, set the latches of ``woken`` (emptied), then wait up to
     ``timeout`` seconds on the edge-triggered epoll set ``epfd``: socket ``sock_fd`` and a kick
     eventfd. Returns READY_SOCKET | READY_KICKED bits (a kick is drained).
 
     For the first ``spin`` seconds of the wait the set is polled without sleeping (READY_SPUN:
     something came meanwhile). A broker that answers within tens of microseconds then finds
-    this thread running: waking a sleeping thread costs about as much again (on the 2-core
-    development machine against bmqbrkr, a bare-socket post's round trip takes 72 us sleeping,
-    36 us polling).
+    this thread running: waking a sleeping thread costs about as much again
+    (docs/performance-notes.md).
 
     If setting a latch wrote its kick descriptor, returns READY_HANDED at once without waiting:
     the thread the kick is for reads in the caller's place (see Transport.wait_for), and the
-    caller leaves it the socket rather than wait for it too."""
+    caller leaves it the socket rather than wait for it too.
+
+    Given the ``lead`` the caller holds (a thread reading in the reader's place), a wait that
+    ends with nothing (its time is up, or a signal interrupted it) releases it before returning
+    (READY_LEFT): Python code runs next, a signal handler maybe, and one that calls
+    ``Session.stop()`` needs the reader thread to read the broker's answer, which it does only
+    once the lead is free."""
     cdef tuple held = tuple(woken)
     cdef bmq_latch **latches = latch_array(held)
     cdef Py_ssize_t n = len(held), i
     cdef int fds[2]
-    cdef int got = 0, ready = 0
+    cdef int got = 0, ready = 0, err = 0
     cdef int64_t spin_until
+    cdef bmq_latch *leading = &lead.lead if lead is not None else NULL
     del woken[:]
     try:
         with nogil:
@@ -278,18 +286,22 @@ def wait_ready(int epfd, int sock_fd, double timeout, list woken, double spin=0.
                     timeout -= spin
                 if not got:
                     got = bmq_epoll_wait(epfd, wait_ms(timeout), fds, 2)
+            err = errno
             for i in range(got if got > 0 else 0):
                 if fds[i] == sock_fd:
                     ready |= _READY_SOCKET
                 else:
                     bmq_drain(fds[i])
                     ready |= _READY_KICKED
+            if leading != NULL and ready == 0 and (got >= 0 or err == EINTR):
+                bmq_lead_release(leading)
+                ready = _READY_LEFT
     finally:
         PyMem_Free(latches)
     if got < 0:
-        if errno == EINTR:
-            return 0
-        raise OSError(errno, _os_strerror(errno))
+        if err == EINTR:
+            return ready
+        raise OSError(err, _os_strerror(err))
     return ready
 
 
@@ -304,7 +316,7 @@ def wait_lead_then_ready(Lead lead, int epfd, int sock_fd, double timeout):
     reader-waiting flag: a poster taking the lead meanwhile kicks the set, and the wait goes
     back to the lead. The reader thread so takes the interpreter lock again only for data:
     waking for each release of the lead, it took it while the next post let go of it (the ssl
-    module lets go of it in every call: encrypting a PUT took 18 instead of 1.2 us).
+    module lets go of it in every call, so that cost most with TLS).
 
     Raises:
         OSError: the epoll wait failed.

@@ -148,7 +148,7 @@ class _PartitionPoster:
             self._queue.post_many(payloads, properties, property_types=types, guids=guids,
                                   timeout=self._options.ack_timeout + 5.0)
         except bmq.PostError as error:
-            self._failed += error.acks
+            self._failed += [error.acks[i] for i in error.failed]
 
     def _first_occurrences(self, keys: Sequence[bytes]) -> Tuple[List[int], bytes]:
         """The indexes of the rows whose key is new to this task, and their GUIDs."""

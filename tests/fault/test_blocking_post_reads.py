@@ -98,7 +98,7 @@ def test_a_signal_ends_a_wait_for_an_ack_in_the_main_thread_and_the_session_goes
             uri = fresh()
             queue = session.open_queue(uri, write=True)
             broker.faults.withhold_acks()
-            reading = session._conn.transport._lead  # held by a thread reading in the reader's place
+            reading = session._link.current.transport._lead  # held by a thread reading in the reader's place
 
             def interrupt_once_waiting() -> None:
                 if broker.wait_for(lambda: len(broker.queue_messages(uri)) == 1 and reading.locked(), 10):
@@ -130,7 +130,7 @@ def test_without_epoll_the_reader_thread_reads_everything(broker, monkeypatch):
     uri = fresh()
     with bmq.Session(broker.address, options()) as session, bmq.Session(broker.address) as consumer:
         queue = session.open_queue(uri, write=True)
-        assert session._conn.transport._epoll is None
+        assert session._link.current.transport._epoll is None
         assert all(queue.post(b"one %d" % i).status is bmq.AckStatus.SUCCESS for i in range(50))
         assert len(queue.post_many([b"many"] * 200)) == 200
         futures = [queue.post_async(b"async") for _ in range(100)]

@@ -100,7 +100,7 @@ def test_the_real_broker_accepts_a_reauthentication_on_the_live_connection(make_
     # bmqbrkr gives BASIC credentials 10 minutes: renew one now instead of waiting for it.
     broker = make_bmqbrkr(etc=etc_with(bmqbrkr_home, tmp_path / "etc", AUTHENTICATION))
     with bmq.Session(broker.address, bmq.SessionOptions(credential=GOOD)) as session:
-        connection = session._conn
+        connection = session._link.current
         assert connection is not None and connection.lifetime == 600.0
         connection._authenticate(GOOD, broker.address, deadline=time.monotonic() + 10)
         _round_trip(session)

@@ -88,7 +88,7 @@ def test_every_api_path_round_trips_over_tls(tls_broker, certificates):
         assert queue.post_async(b"two").result(10).status is bmq.AckStatus.SUCCESS
         acks = queue.post_many([b"big" * 30_000, b"four"], compression="zlib")  # records of 16 KiB and more
         assert [a.status for a in acks] == [bmq.AckStatus.SUCCESS] * 2
-        session.post(uri, b"five")
+        session.post_async(uri, b"five")
         got = drain(queue, 5)
         assert sorted(m.data for m in got) == sorted([b"one", b"two", b"big" * 30_000, b"four", b"five"])
         assert next(m for m in got if m.data == b"one").properties == {"n": 1}

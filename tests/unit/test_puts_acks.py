@@ -12,7 +12,7 @@ from typing import Any, List
 
 import bmq
 from bmq import _codec
-from bmq._puts import PendingPuts
+from bmq._puts import Completion, PendingPuts, PostRequest
 from bmq._stats import QueueCounters
 from bmq._types import QueueState
 
@@ -33,7 +33,7 @@ class _Queue:
     queue_id = 1
 
     def __init__(self) -> None:
-        self._counters = QueueCounters()
+        self.counters = QueueCounters()
 
 
 def _puts(options: Any = None) -> PendingPuts:
@@ -45,7 +45,8 @@ def _puts(options: Any = None) -> PendingPuts:
 
 def _post(puts: PendingPuts, queue: _Queue, count: int, asynchronous: bool, on_ack: Any = None) -> Any:
     payloads = [b"m%d" % i for i in range(count)]
-    return puts.post(queue, payloads, None, None, None, _codec.GuidGenerator(7), True, 0, on_ack, asynchronous)
+    completion = Completion.futures(on_ack) if asynchronous else Completion.LATCH
+    return puts.post(PostRequest(queue, payloads, completion), _codec.GuidGenerator(7), True, 0)
 
 
 def _keys(batch: Any) -> List[bytes]:
@@ -84,7 +85,7 @@ def test_a_post_calls_acks_in_one_event_settle_it_in_order():
     assert {ack.status for ack in acks} == {bmq.AckStatus.SUCCESS}
     assert {ack.queue_uri for ack in acks} == {queue.uri}
     assert len(puts) == 0 and puts._bytes == 0
-    assert queue._counters.broker_answers[SUCCESS] == 50
+    assert queue.counters.broker_answers[SUCCESS] == 50
 
 
 def test_acks_out_of_order_still_reach_their_own_message():
@@ -99,8 +100,8 @@ def test_acks_out_of_order_still_reach_their_own_message():
     assert [ack.guid for ack in acks] == keys
     assert [ack.status for ack in acks] == [
         bmq.AckStatus.LIMIT_MESSAGES if statuses[key] else bmq.AckStatus.SUCCESS for key in keys]
-    assert queue._counters.broker_answers[LIMIT_MESSAGES] == 7
-    assert queue._counters.broker_answers[SUCCESS] == 13
+    assert queue.counters.broker_answers[LIMIT_MESSAGES] == 7
+    assert queue.counters.broker_answers[SUCCESS] == 13
     assert puts._bytes == 0
 
 
@@ -140,11 +141,11 @@ def test_a_run_of_asynchronous_posts_resolves_every_future_and_callback():
 
 def test_acks_free_room_for_a_poster_waiting_on_max_pending_bytes():
     puts, queue = _puts(bmq.SessionOptions(max_pending_bytes=100)), _Queue()
-    batch = puts.post(queue, [b"x" * 50, b"y" * 50], None, None, None, _codec.GuidGenerator(7), True, 0, None, True)
+    batch = puts.post(PostRequest(queue, [b"x" * 50, b"y" * 50], Completion.FUTURES), _codec.GuidGenerator(7), True, 0)
     posted = threading.Event()
 
     def post_more() -> None:
-        puts.post(queue, [b"z" * 60], None, None, None, _codec.GuidGenerator(8), True, 0, None, True)
+        puts.post(PostRequest(queue, [b"z" * 60], Completion.FUTURES), _codec.GuidGenerator(8), True, 0)
         posted.set()
 
     poster = threading.Thread(target=post_more)
@@ -168,7 +169,7 @@ def test_an_ack_out_of_order_then_a_run_including_it_again():
         bmq.AckStatus.SUCCESS, bmq.AckStatus.SUCCESS, bmq.AckStatus.LIMIT_MESSAGES, bmq.AckStatus.SUCCESS,
         bmq.AckStatus.SUCCESS]
     assert len(puts) == 0 and puts._bytes == 0 and batch.remaining == 0
-    assert sum(queue._counters.broker_answers) == 5
+    assert sum(queue.counters.broker_answers) == 5
 
 
 def test_a_post_async_is_its_own_future_and_lets_go_of_its_message_once_answered():
@@ -178,7 +179,7 @@ def test_a_post_async_is_its_own_future_and_lets_go_of_its_message_once_answered
     puts, queue = _puts(), _Queue()
     payload, guid = b"p" * 100, bytes(range(16))
     references = sys.getrefcount(payload)
-    future = puts.post(queue, [payload], {"n": 1}, None, guid, None, True, 0, None, True, single=True)
+    future = puts.post(PostRequest(queue, [payload], Completion.FUTURES, {"n": 1}, guids=guid, single=True), None, True, 0)
     assert isinstance(future, cf.Future) and future.running() and not future.cancel()
     assert future.payload_at(0) is payload and future.properties_at(0)  # kept for a retransmission
     called = []

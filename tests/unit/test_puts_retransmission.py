@@ -16,7 +16,7 @@ class _Queue:
 
 def _batch(guid: bytes, new_style: bool) -> Batch:
     area = _codec.encode_properties(PROPS, new_style)
-    return Batch(_Queue(), [guid], [b"payload"], [area], new_style, _codec.COMPRESSION_NONE, 0.0, None, True)
+    return Batch(_Queue(), [guid], [b"payload"], [area], new_style, _codec.COMPRESSION_NONE, 0.0)
 
 
 def test_each_message_is_resent_in_the_encoding_of_the_connection_that_posted_it():
@@ -34,7 +34,7 @@ def test_each_message_is_resent_in_the_encoding_of_the_connection_that_posted_it
 def test_messages_posted_from_a_payload_column_are_resent_whole():
     guids = _codec.derived_guids(b"k", 0, 2)
     column = _codec.PayloadColumn(array.array("i", [0, 3, 1027]), b"abc" + b"d" * 1024, 0, 2)
-    batch = Batch(_Queue(), _codec.split_guids(guids), column, None, True, _codec.COMPRESSION_NONE, 0.0, None, True)
+    batch = Batch(_Queue(), _codec.split_guids(guids), column, None, True, _codec.COMPRESSION_NONE, 0.0)
     (event,) = PendingPuts._retransmission([(guids[16:], batch), (guids[:16], batch)], _codec.COMPRESSION_NONE)
     assert [(guid, app) for _, _, guid, _, _, _, _, app in _codec.iter_put_messages(event)] == [
         (guids[16:], b"d" * 1024), (guids[:16], b"abc")]

@@ -10,7 +10,7 @@ from bmq._registry import QueueRegistry
 class _Queue:
     def __init__(self, uri: str, ids) -> None:
         self.uri = uri
-        self._parsed = bmq.parse_uri(uri)
+        self.parsed = bmq.parse_uri(uri)
         self.queue_id, self.sub_id = ids
         self.subscription_ids = []
         self.subscription_of = {}
@@ -32,7 +32,7 @@ def test_handles_of_one_canonical_uri_share_a_qid_and_only_the_last_close_is_fin
     assert writer.queue_id == foo.queue_id == bar.queue_id != other.queue_id
     assert (writer.sub_id, foo.sub_id, bar.sub_id) == (0, 1, 2)
     with pytest.raises(bmq.QueueStateError, match="already open"):
-        registry.reserve(foo.uri, foo._parsed)
+        registry.reserve(foo.uri, foo.parsed)
     assert not registry.is_last_handle(foo)
     registry.forget(foo)
     registry.forget(writer)

@@ -17,7 +17,9 @@ from bmq._deliveries import Deliveries
 from bmq._dispatch import EventQueue
 from bmq._handles import QueueHandles
 from bmq._queue import Queue
+from bmq._recovery import SessionServices
 from bmq._registry import QueueRegistry
+from bmq._state import ConnectionState
 from bmq._types import QueueState
 
 
@@ -37,6 +39,13 @@ class FakeBroker:
 
     def kinds(self) -> List[str]:
         return [next(iter(body)) for body in self.sent]
+
+
+def _owner() -> Any:
+    """What a Queue asks of its session (QueueServices) and what Deliveries compares: one fake."""
+    owner = SimpleNamespace(dispatch=lambda fn, *args: fn(*args))
+    owner.session = owner
+    return owner
 
 
 def _queue(registry: QueueRegistry, owner: Any, uri: str, *, read: bool = False, write: bool = False,
@@ -126,7 +135,7 @@ def test_bad_host_health_suspends_only_queues_that_asked_and_resumes_them(regist
 @pytest.mark.parametrize("by_columns", [False, True], ids=["per message", "by columns (a batch queue is open)"])
 def test_a_push_reaches_its_subscription_and_one_for_an_unknown_queue_is_dropped(registry, caplog, by_columns):
     delivered: List[bmq.Message] = []
-    owner = SimpleNamespace(_dispatch=lambda fn, *args: fn(*args))
+    owner = _owner()
     handles = QueueHandles(FakeBroker().call, threading.RLock(), registry)
     if by_columns:
         batched = _queue(registry, owner, "bmq://bmq.test.mem.priority/batched", read=True, batches=True)
@@ -149,7 +158,7 @@ def test_a_push_reaches_its_subscription_and_one_for_an_unknown_queue_is_dropped
     assert (message.data, message.guid) == (b"one", guids[0])
     # An older broker may name no known subscription: the only reader of that qId takes it.
     assert [m.data for m in delivered] == [b"two", b"three"]
-    assert pushed._counters.pushed == 2 and pulled._counters.pushed == 1
+    assert pushed.counters.pushed == 2 and pulled.counters.pushed == 1
     assert "PUSH for unknown queue 77 / subscription 999 dropped" in caplog.text
     if by_columns:  # once no batch queue is open, PUSH events are decoded per message again
         registry.forget(batched)
@@ -167,7 +176,7 @@ class _Transport:
 def test_confirms_go_out_in_chunks_and_are_counted_per_queue(registry, monkeypatch):
     import bmq._deliveries as deliveries_module
     monkeypatch.setattr(deliveries_module, "_CONFIRM_CHUNK", 4)
-    owner = SimpleNamespace()
+    owner = _owner()
     a = _queue(registry, owner, "bmq://bmq.test.mem.priority/a", read=True)
     b = _queue(registry, owner, "bmq://bmq.test.mem.priority/b?id=x", read=True)
     messages = [bmq.Message(b"m", bytes([i]) * 16, a if i < 6 else b, None, False) for i in range(9)]
@@ -176,18 +185,18 @@ def test_confirms_go_out_in_chunks_and_are_counted_per_queue(registry, monkeypat
     confirmed = [record for event in conn.transport.events for record in _codec.iter_confirms(event)]
     assert len(conn.transport.events) == 3
     assert confirmed == [(m._queue.queue_id, m.guid, m._queue.sub_id) for m in messages]
-    assert (a._counters.confirmed, b._counters.confirmed) == (6, 3)
+    assert (a.counters.confirmed, b.counters.confirmed) == (6, 3)
 
 
 def test_confirms_are_refused_for_another_sessions_or_a_closed_queue_and_dropped_offline(registry):
-    owner = SimpleNamespace()
+    owner = _owner()
     deliveries = Deliveries(owner, registry, threading.RLock(), 5.0)
     ours = _queue(registry, owner, "bmq://bmq.test.mem.priority/a", read=True)
-    theirs = _queue(QueueRegistry(), SimpleNamespace(), "bmq://bmq.test.mem.priority/a", read=True)
+    theirs = _queue(QueueRegistry(), _owner(), "bmq://bmq.test.mem.priority/a", read=True)
     with pytest.raises(bmq.QueueStateError, match="another session"):
         deliveries.confirm([bmq.Message(b"m", b"g" * 16, theirs, None, False)], SimpleNamespace(transport=_Transport()))
     deliveries.confirm([bmq.Message(b"m", b"g" * 16, ours, None, False)], None)  # offline: dropped, not counted
-    assert ours._counters.confirmed == 0
+    assert ours.counters.confirmed == 0
     ours.state = QueueState.CLOSED
     with pytest.raises(bmq.QueueStateError, match="closed"):
         deliveries.confirm([bmq.Message(b"m", b"g" * 16, ours, None, False)], None)
@@ -224,44 +233,45 @@ class _FakeTransport:
         self.control.append(bytes(data))
 
 
+def _connection() -> Any:
+    return SimpleNamespace(transport=_FakeTransport(), close=lambda: None, endpoint=None, new_style_properties=True)
+
+
 class _FakeSession:
-    """What Recovery shares with its Session: lock and condition, state, current connection,
-    connect/adopt, forget_queue, stop (see bmq/_recovery.py)."""
+    """The real state machine (ConnectionState) with a fake connection adopted and the services
+    Recovery asks of its Session (connect, forget_queue, stop: see bmq/_recovery.py) faked."""
 
-    def __init__(self, registry: QueueRegistry, puts: Any) -> None:
-        self._lock = threading.RLock()
-        self._wake = threading.Condition(self._lock)
-        self._state = bmq.SessionState.STARTED
-        self._id = 1
-        self.broker = "tcp://fake:1"
-        self.brokers = BrokerAddresses(self.broker)
-        self._endpoint = self.brokers.first
-        self.options = bmq.SessionOptions(reconnect=bmq.ReconnectPolicy(initial_delay=0, jitter=0))
-        self._registry, self._puts = registry, puts
-        self._conn: Any = SimpleNamespace(transport=_FakeTransport())
+    def __init__(self, registry: QueueRegistry, puts: Any,
+                 options: bmq.SessionOptions = bmq.SessionOptions(
+                     reconnect=bmq.ReconnectPolicy(initial_delay=0, jitter=0)),
+                 brokers: Any = "tcp://fake:1") -> None:
+        self.brokers = BrokerAddresses(brokers)
+        self.options = options
+        self.link = ConnectionState(puts, self.brokers.first, lambda conn: None)
+        self.lock = self.link.lock
+        self._registry = registry
         self.connects: List[Any] = []
-
-    def _stopping(self) -> bool:
-        return self._state in (bmq.SessionState.STOPPING, bmq.SessionState.STOPPED)
+        self.first = _connection()
+        self.link.adopt(self.first)
+        self.link.restored(self.first)
+        self.connect = self._connect
 
     def _connect(self, timeout: float, after: Any = None) -> Any:
-        conn = SimpleNamespace(transport=_FakeTransport(), close=lambda: None)
+        conn = _connection()
         self.connects.append(conn)
         return conn
 
-    def _adopt(self, conn: Any) -> None:
-        self._conn = conn
-
-    def _forget_queue(self, queue: Queue, status: Any) -> None:
+    def forget_queue(self, queue: Queue, status: Any) -> None:
         self._registry.forget(queue)
-        queue._mark_closed()
+        queue.mark_closed()
 
-    def stop(self) -> None:
-        self._state = bmq.SessionState.STOPPED
+    def services(self) -> SessionServices:
+        return SessionServices(1, self.options, self.brokers, lambda *args: self.connect(*args), self.forget_queue,
+                               lambda fn, *args: fn(*args), lambda: None, self.link.finish_stop)  # type: ignore[arg-type]
 
 
 def test_recovery_reopens_queues_and_resends_unacknowledged_puts_on_a_new_connection(registry):
-    from bmq._puts import PendingPuts
+    from bmq._puts import Completion, PendingPuts
     from bmq._recovery import Recovery
     from bmq._requests import ControlRequests
 
@@ -269,24 +279,23 @@ def test_recovery_reopens_queues_and_resends_unacknowledged_puts_on_a_new_connec
     options = bmq.SessionOptions()
     puts = PendingPuts(options, lambda fn, *args: fn(*args), None)
     session = _FakeSession(registry, puts)
-    old = session._conn
-    puts.restore(old.transport, lambda: True)
-    handles = QueueHandles(broker.call, session._lock, registry)
+    old = session.first
+    handles = QueueHandles(broker.call, session.lock, registry)
     requests = ControlRequests()
     seen: List[ev.SessionEvent] = []
     events = EventQueue(SimpleNamespace(submit=lambda fn, *args: fn(*args)), seen.append, 100)  # type: ignore[arg-type]
-    recovery = Recovery(session, requests, registry, handles, puts, events)  # type: ignore[arg-type]
+    recovery = Recovery(session.link, requests, registry, handles, puts, events, session.services())
 
     reader = _queue(registry, session, "bmq://bmq.test.mem.priority/r", read=True)
     writer = _queue(registry, session, "bmq://bmq.test.mem.priority/w", write=True)
     refused = _queue(registry, session, "bmq://bmq.test.mem.priority/gone", read=True)
     guid = _codec.GuidGenerator(1).generate(1)
     events_sent = _codec.build_put_events(writer.queue_id, guid, [b"kept"], None, flags=_codec.PUT_ACK_REQUESTED)
-    puts.track_and_send(writer, guid, [b"kept"], [None], True, 0, events_sent, None, True)
+    puts.track_and_send(writer, guid, [b"kept"], [None], True, 0, events_sent, Completion.FUTURES)
     unbuffered = requests.add({"openQueue": {}}, buffered=False)
 
     recovery.connection_lost(old, bmq.ConnectionLost("cut"))
-    assert session._conn is None and session._state is bmq.SessionState.RECONNECTING
+    assert session.link.current is None and session.link.state is bmq.SessionState.RECONNECTING
     assert {q.state for q in (reader, writer, refused)} == {QueueState.PENDING}
     assert isinstance(unbuffered.future.exception(0), bmq.ConnectionLost)
     recovery.connection_lost(old, bmq.ConnectionLost("again"))  # a stale connection: ignored
@@ -302,7 +311,7 @@ def test_recovery_reopens_queues_and_resends_unacknowledged_puts_on_a_new_connec
     handles._call = call
     recovery._reconnect()
     new = session.connects[0]
-    assert session._conn is new and session._state is bmq.SessionState.STARTED
+    assert session.link.current is new and session.link.state is bmq.SessionState.STARTED
     assert reader.state == writer.state == QueueState.OPEN and refused.state == QueueState.CLOSED
     assert broker.kinds().count("openQueue") == 2 and broker.kinds().count("configureStream") == 1
     # The unacknowledged PUT went out again on the new connection, with its GUID.
@@ -344,26 +353,23 @@ def test_reconnect_backs_off_only_after_a_round_in_which_every_address_failed(re
     from bmq._requests import ControlRequests
 
     puts = PendingPuts(bmq.SessionOptions(), lambda fn, *args: fn(*args), None)
-    session = _FakeSession(registry, puts)
-    session.brokers = BrokerAddresses(brokers)
-    session.options = bmq.SessionOptions(reconnect=bmq.ReconnectPolicy(initial_delay=1.0, multiplier=2.0, jitter=0))
-    session._wake = wake = _RecordingCondition(session._lock)
-    session._state = bmq.SessionState.RECONNECTING
-    session._conn = None
-    succeed = session._connect
+    options = bmq.SessionOptions(reconnect=bmq.ReconnectPolicy(initial_delay=1.0, multiplier=2.0, jitter=0))
+    session = _FakeSession(registry, puts, options, brokers)
+    session.link._wake = wake = _RecordingCondition(session.lock)
+    session.link.lost(session.first)
     failures = [2]
 
     def connect(timeout: float, after: Any = None) -> Any:
         if failures[0]:
             failures[0] -= 1
             raise bmq.ConnectionError("refused")
-        return succeed(timeout, after)
+        return session._connect(timeout, after)
 
-    session._connect = connect  # type: ignore[method-assign]
+    session.connect = connect  # type: ignore[method-assign]
     events = EventQueue(SimpleNamespace(submit=lambda fn, *args: fn(*args)), lambda e: None, 100)  # type: ignore[arg-type]
-    recovery = Recovery(session, ControlRequests(), registry, QueueHandles(FakeBroker().call, session._lock, registry),
-                        puts, events)  # type: ignore[arg-type]
+    recovery = Recovery(session.link, ControlRequests(), registry, QueueHandles(FakeBroker().call, session.lock, registry),
+                        puts, events, session.services())
     recovery._reconnect()
-    assert session._state is bmq.SessionState.STARTED and len(session.connects) == 1
+    assert session.link.state is bmq.SessionState.STARTED and len(session.connects) == 1
     # ReconnectPolicy.delay(n) is 1 * 2**n here.
     assert wake.waits == [2.0 ** n for n in waits_before]

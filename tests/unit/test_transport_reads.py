@@ -385,7 +385,8 @@ def test_busy_polling_pauses_while_answers_come_later_and_resumes_once_one_comes
     results: List[int] = []
     spins: List[float] = []
 
-    def wait_ready(epfd: int, fd: int, timeout: float, woken: List[_codec.Latch], spin: float = 0.0) -> int:
+    def wait_ready(epfd: int, fd: int, timeout: float, woken: List[_codec.Latch], spin: float = 0.0,
+                   lead: Any = None) -> int:
         spins.append(spin)
         return results.pop(0) if results else 0
 

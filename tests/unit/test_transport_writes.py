@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -226,3 +226,60 @@ def test_a_failed_write_is_reported_even_when_the_reader_thread_ends_first():
             sock.close()
     assert handler.reader_ended  # the interleaving under test did happen
     assert len(failures) == 1 and "write to" in str(failures[0])
+
+
+@pytest.mark.parametrize("where", ["after the system call", "as the write is recorded"])
+def test_an_interrupted_direct_write_fails_the_connection_and_reaches_the_caller(monkeypatch, where):
+    """A KeyboardInterrupt (any BaseException) landing in a sender's own write, before it gave
+    the write token back, must not leave the token taken: the writer thread would wait for it
+    for ever. The write may have put part of an event on the wire, so the connection fails
+    (the session reconnects and re-sends) and the caller gets the exception."""
+    server = socket.create_server(("127.0.0.1", 0))
+    peer: List[socket.socket] = []
+    threading.Thread(target=lambda: peer.append(server.accept()[0]), daemon=True).start()
+    failures: List[BaseException] = []
+    transport = Transport(server.getsockname(), lambda *_: None, failures.append, 1 << 20, "interrupted")
+    transport.connect(5.0)
+    send_now = _transport._send_now
+
+    def interrupted(fd: int, data: bytes) -> int:
+        send_now(fd, data)
+        raise KeyboardInterrupt
+
+    if where == "after the system call":
+        monkeypatch.setattr(_transport, "_send_now", interrupted)
+    else:
+        monkeypatch.setattr(transport, "_lock", _InterruptOnce(transport._lock, transport))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            transport.send(_codec.HEARTBEAT_REQ, 5.0)
+        assert not transport._writing
+        assert transport.closed
+        assert len(failures) == 1 and "interrupted" in str(failures[0])
+        with pytest.raises(ConnectionLost):
+            transport.send(_codec.HEARTBEAT_REQ, 5.0)
+    finally:
+        transport.close()
+        transport.join(5.0)
+        server.close()
+        for sock in peer:
+            sock.close()
+
+
+class _InterruptOnce:
+    """The transport's lock, raising KeyboardInterrupt as the first direct write, done, takes it
+    to record what it wrote (the point a signal handler could raise)."""
+
+    def __init__(self, lock: Any, transport: Transport) -> None:
+        self._inner = lock
+        self._transport = transport
+        self.fired = False
+
+    def __enter__(self) -> Any:
+        if self._transport._writing and not self.fired and threading.current_thread() is threading.main_thread():
+            self.fired = True
+            raise KeyboardInterrupt
+        return self._inner.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        return self._inner.__exit__(*exc_info)
