@@ -23,9 +23,10 @@ built=$(date +%s)
 venv="$work/venv-3.13t"
 [ -x "$venv/bin/python" ] || "$work/cpython-3.13t/bin/python3.13t" -m venv "$venv"
 # --prefer-binary: newer hypothesis releases pull a dependency that builds with Rust on cp313t.
+# pyarrow (the codec's Arrow column tests) has cp313t wheels since 18.
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --prefer-binary \
     "Cython>=3.1" "setuptools>=64" wheel "pytest>=7.4" "pytest-timeout>=2.2" "hypothesis>=6.90" \
-    "opentelemetry-sdk>=1.20" "crc32c>=2.3" "zstandard>=0.21"
+    "opentelemetry-sdk>=1.20" "crc32c>=2.3" "zstandard>=0.21" "pyarrow>=14"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 # Importing the codec must leave the GIL off (it declares freethreading_compatible).
 "$venv/bin/python" -W error::RuntimeWarning -c \
