@@ -177,7 +177,7 @@ cdef inline object fast_items(object seq, const char *message):
     build), so another thread changing it meanwhile cannot free an item read in place. The
     interpreter lock no longer rules that out, and neither did it where building calls Python
     (``bytes(x)``, zlib, which let it go)."""
-    if type(seq) is list:
+    if isinstance(seq, list):  # subclasses too: PySequence_Fast would return them as they are
         return PyList_AsTuple(seq)
     return PySequence_Fast(seq, message)
 
