@@ -223,8 +223,8 @@ def bmq_consume_get_batch(address: str, uri: str, count: int) -> None:
         drain_batches(queue, count, CONSUME_WINDOW)
 
 
-def _in_threads(post: Callable[[], Any], count: int) -> None:
-    """``post()`` ``count`` times in all from :data:`THREADS` threads at once; the first error
+def _in_threads(post: Callable[[], Any], count: int, threads_count: int = THREADS) -> None:
+    """``post()`` ``count`` times in all from ``threads_count`` threads at once; the first error
     of any thread is raised once all have ended."""
     errors: List[BaseException] = []
 
@@ -235,7 +235,7 @@ def _in_threads(post: Callable[[], Any], count: int) -> None:
         except BaseException as exc:  # reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(count // THREADS,)) for _ in range(THREADS)]
+    threads = [threading.Thread(target=run, args=(count // threads_count,)) for _ in range(threads_count)]
     for thread in threads:
         thread.start()
     for thread in threads:

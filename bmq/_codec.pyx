@@ -1,10 +1,11 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False, freethreading_compatible=True
 """The BlazingMQ binary wire format (see ``_codec.pyi`` for the documented API).
 
 This module only gathers its parts: each file in ``bmq/_wire`` holds one area of the
 protocol, all compiled into this single extension so they can share inline C helpers.
 Section numbers (§) in these files refer to docs/protocol.md.
 """
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_FromStringAndSize, PyBytes_GET_SIZE

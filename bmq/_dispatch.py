@@ -299,6 +299,10 @@ class Dispatcher:
         self._high, self._low = high, low
         self._on_slow = on_slow
         self._slow = False
+        # Turns _slow over and tells on_slow in one step: the submitters and the dispatcher
+        # thread change it at once (without an interpreter lock, two submitters both saw it
+        # False and told "slow" twice; a "normal" could overtake the "slow" before it).
+        self._slow_lock = threading.RLock()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 
@@ -306,8 +310,17 @@ class Dispatcher:
         """Run ``fn(*args)`` on the dispatcher thread after everything submitted before."""
         self._queue.put((fn, args))
         if not self._slow and self._queue.qsize() > self._high:
-            self._slow = True
-            self._on_slow(True)
+            self._turn_slow(True)
+
+    def _turn_slow(self, slow: bool) -> None:
+        """Set the backlog's state to ``slow`` and tell on_slow, unless it is so already or the
+        backlog has crossed back meanwhile."""
+        with self._slow_lock:
+            size = self._queue.qsize()
+            if self._slow == slow or (size <= self._high if slow else size > self._low):
+                return
+            self._slow = slow
+            self._on_slow(slow)
 
     def stop(self) -> None:
         """Exit the thread once everything submitted before has run."""
@@ -324,8 +337,7 @@ class Dispatcher:
             except BaseException as exc:  # noqa: B902 - user code: report it and go on (see the class doc)
                 report_callback_error(fn, exc)
             if self._slow and self._queue.qsize() <= self._low:
-                self._slow = False
-                self._on_slow(False)
+                self._turn_slow(False)
 
 
 class EventQueue:

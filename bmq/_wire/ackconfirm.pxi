@@ -47,7 +47,7 @@ def build_ack_event(acks):
     Raises:
         ValueError: no acks, status outside 0..15, correlation id outside 24 bits, bad GUID.
     """
-    cdef object seq = PySequence_Fast(acks, "acks must be a sequence")
+    cdef object seq = fast_items(acks, "acks must be a sequence")
     cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i
     cdef unsigned char *p
     cdef bytes out = new_record_event(C_EVENT_ACK, n, &p)
@@ -143,7 +143,7 @@ def build_confirm_event(confirms):
     Raises:
         ValueError: no confirms, ids outside 32 bits, bad GUID.
     """
-    cdef object seq = PySequence_Fast(confirms, "confirms must be a sequence")
+    cdef object seq = fast_items(confirms, "confirms must be a sequence")
     cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i
     cdef unsigned char *p
     cdef bytes out = new_record_event(C_EVENT_CONFIRM, n, &p)

@@ -15,6 +15,7 @@ cdef extern from "Python.h":
     void PyList_SET_ITEM_RAW "PyList_SET_ITEM" (object l, Py_ssize_t i, PyObject *o)
     object PyBytes_FromStringAndSize_NULL "PyBytes_FromStringAndSize" (char *s, Py_ssize_t n)
     PyObject **PySequence_Fast_ITEMS(object seq)
+    object PyList_AsTuple(object l)
     object PyMemoryView_FromMemory(char *mem, Py_ssize_t size, int flags)
     int PyBUF_READ
     void PyObject_GC_UnTrack(object o)
@@ -168,6 +169,17 @@ cdef inline Py_ssize_t unpadded_len(Reader *r, const unsigned char *p, Py_ssize_
     if n < 1 or n > 4 or n > padded:
         _protocol_error(f"bad padding byte {n}", r.event_type, offset + padded - 1)
     return padded - n
+
+
+cdef inline object fast_items(object seq, const char *message):
+    """``seq`` as a tuple or a private list, for PySequence_Fast_ITEMS: a caller's list is
+    copied to a tuple (atomically: PyList_AsTuple holds the list's lock on a free-threaded
+    build), so another thread changing it meanwhile cannot free an item read in place. The
+    interpreter lock no longer rules that out, and neither did it where building calls Python
+    (``bytes(x)``, zlib, which let it go)."""
+    if isinstance(seq, list):  # subclasses too: PySequence_Fast would return them as they are
+        return PyList_AsTuple(seq)
+    return PySequence_Fast(seq, message)
 
 
 cdef inline bytes new_bytes(Py_ssize_t n):

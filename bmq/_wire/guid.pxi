@@ -6,6 +6,11 @@ import socket as _socket
 import threading as _threading
 import time as _time
 
+cdef extern from "bmq_guid.h" nogil:
+    uint32_t bmq_counter_reserve(uint32_t *counter, uint32_t count)
+    unsigned long bmq_forks_load(unsigned long *forks)
+    void bmq_forks_store(unsigned long *forks, unsigned long value)
+
 cdef enum:
     C_GUID_SIZE = 16
     C_COUNTER_MASK = 0x3FFFFF
@@ -44,15 +49,16 @@ cdef class GuidGenerator:
     Args:
         session_id: mixed into the client id (the SDK uses its session counter).
 
-    Thread-safety: thread-safe (generation runs under the interpreter lock, without a
-    Python call that could release it).
+    Thread-safety: thread-safe, with or without the interpreter lock: each call reserves
+    its counter values with one atomic add (``bmq_guid.h``), so threads posting at once get
+    distinct GUIDs on a free-threaded build too.
     """
 
     cdef unsigned char _client_id[6]
     cdef int64_t _epoch_ns
     cdef int64_t _start_tick
-    cdef uint32_t _counter
-    cdef unsigned long _forks
+    cdef uint32_t _counter  # only through bmq_counter_reserve (atomic)
+    cdef unsigned long _forks  # only through bmq_forks_load/store (acquire/release)
     cdef int32_t _session_id
     cdef object _lock
 
@@ -66,7 +72,8 @@ cdef class GuidGenerator:
         cdef long pid = getpid()
         self._epoch_ns = _time.time_ns()
         self._start_tick = monotonic_ns()
-        self._counter = 0
+        # The counter goes on from where it was: after a fork the new client id alone keeps
+        # the child's GUIDs apart from the parent's.
         digest = _hashlib.md5(
             _socket.gethostname().encode("utf-8", "surrogateescape")
             + (<object>self._epoch_ns).to_bytes(8, "big", signed=True)
@@ -74,15 +81,16 @@ cdef class GuidGenerator:
             + (<object>self._session_id).to_bytes(4, "big", signed=True)
         ).digest()
         memcpy(self._client_id, PyBytes_AS_STRING(digest), 6)
-        self._forks = _forks  # last: until here, other threads still see a fork to handle
+        # Last, with release order: a thread that sees the new count also sees the new id.
+        bmq_forks_store(&self._forks, _forks)
 
     cdef inline int _check_fork(self) except -1:
-        # The GIL is held from here to the end of _fill (no Python call in between), so
-        # counter updates need no lock of their own; only re-deriving after a fork (which
-        # calls Python code that may let another thread in) takes it.
-        if _forks != self._forks:
+        # Counter values are reserved atomically in _fill; only re-deriving after a fork
+        # (which calls Python code) takes the lock. After a fork the child has one thread
+        # until it starts others, which then see the new count with the id derived before it.
+        if _forks != bmq_forks_load(&self._forks):
             with self._lock:
-                if _forks != self._forks:
+                if _forks != bmq_forks_load(&self._forks):
                     self._derive()
         return 0
 
@@ -105,7 +113,9 @@ cdef class GuidGenerator:
 
     cdef void _fill(self, unsigned char *p, Py_ssize_t count) noexcept nogil:
         cdef Py_ssize_t i
-        cdef uint32_t counter = self._counter
+        # This call's counter values, reserved at once: concurrent callers never share one
+        # (they wrap at 2**22 as the SDK's do; the tick then tells GUIDs apart).
+        cdef uint32_t counter = bmq_counter_reserve(&self._counter, <uint32_t>count)
         cdef uint64_t tick
         for i in range(count):
             counter = (counter + 1) & C_COUNTER_MASK
@@ -118,7 +128,6 @@ cdef class GuidGenerator:
             p[2] = <unsigned char>counter
             memcpy(p + 10, self._client_id, 6)
             p += C_GUID_SIZE
-        self._counter = counter
 
     def next(self):
         """One 16-byte GUID."""

@@ -173,10 +173,18 @@ cdef inline Py_ssize_t _merge_skip(const unsigned char *e, Py_ssize_t length) no
     return 0
 
 
-cdef Py_ssize_t _coalesce(list items, unsigned char *out) except -1:
+cdef inline int _check_room(Py_ssize_t end, Py_ssize_t capacity) except -1:
+    # A buffer that grew since it was measured (another thread's doing) is never written
+    # past the output.
+    if end > capacity:
+        raise RuntimeError("an event changed size while being coalesced")
+    return 0
+
+
+cdef Py_ssize_t _coalesce(tuple items, unsigned char *out, Py_ssize_t capacity) except -1:
     """Lay ``items`` out with consecutive PUT (or CONFIRM) events joined; write them at ``out``
-    unless it is NULL. Returns the bytes laid out. Bytes that are no whole event (never
-    expected: the session writes whole events) are kept as they are."""
+    (``capacity`` bytes) unless it is NULL. Returns the bytes laid out. Bytes that are no whole
+    event (never expected: the session writes whole events) are kept as they are."""
     cdef Input inp
     cdef Py_ssize_t total = 0, pos, length, skip, run_start = 0, run_length = 0
     cdef int run_type = 0, event_type
@@ -199,6 +207,7 @@ cdef Py_ssize_t _coalesce(list items, unsigned char *out) except -1:
                 if (skip and event_type == run_type
                         and run_length + length - skip <= C_MAX_PUT_EVENT_SIZE):
                     if out != NULL:
+                        _check_room(total + length - skip, capacity)
                         memcpy(out + total, e + skip, length - skip)
                         run_length += length - skip
                         bmq_store_be32(out + run_start, <uint32_t>run_length)
@@ -207,6 +216,7 @@ cdef Py_ssize_t _coalesce(list items, unsigned char *out) except -1:
                     total += length - skip
                 else:
                     if out != NULL:
+                        _check_room(total + length, capacity)
                         memcpy(out + total, e, length)
                     run_start, run_length = total, length
                     run_type = event_type
@@ -221,8 +231,9 @@ def coalesce_events(items):
     """The events of ``items`` (each bytes-like, whole events back to back) as one bytes
     object, in order, consecutive standard PUT events joined into one PUT event and
     consecutive CONFIRM events into one CONFIRM event (at most 66 MiB each)."""
-    cdef list parts = items if type(items) is list else list(items)
-    cdef Py_ssize_t size = _coalesce(parts, NULL)
+    cdef tuple parts = tuple(items)  # measured and then written: the same items both times
+    cdef Py_ssize_t size = _coalesce(parts, NULL, 0)
     cdef bytes out = new_bytes(size)
-    _coalesce(parts, <unsigned char *>PyBytes_AS_STRING(out))
+    if _coalesce(parts, <unsigned char *>PyBytes_AS_STRING(out), size) != size:
+        raise RuntimeError("an event changed size while being coalesced")
     return out

@@ -61,7 +61,7 @@ def build_push_events(messages, Py_ssize_t max_event_size=C_MAX_EVENT_SIZE):
         ValueError: malformed tuple, bad flags/compression/GUID, empty appData.
         MessageTooLargeError: a message that cannot fit in ``max_event_size``.
     """
-    cdef object seq = PySequence_Fast(messages, "messages must be a sequence")
+    cdef object seq = fast_items(messages, "messages must be a sequence")
     cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i
     cdef PutItem *items = NULL
     cdef PutItem *it
@@ -362,8 +362,8 @@ def join_offsets(parts):
     Raises:
         ValueError: an empty part, a part not made of int32, offsets past 2 GiB.
     """
-    cdef object seq = PySequence_Fast(parts, "parts must be a sequence")
-    cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i, j, count, total = 1
+    cdef object seq = fast_items(parts, "parts must be a sequence")
+    cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i, j, count, total = 1, left
     cdef Input inp
     cdef const int32_t *src
     cdef int32_t *dst
@@ -378,11 +378,15 @@ def join_offsets(parts):
     dst = <int32_t *>PyBytes_AS_STRING(out)
     dst[0] = 0
     dst += 1
+    left = total - 1
     for i in range(n):
         in_acquire(&inp, <object>PySequence_Fast_ITEMS(seq)[i])
         try:
             src = <const int32_t *>inp.data
             count = inp.size // 4 - 1
+            if count > left:  # resized by another thread since it was measured
+                raise RuntimeError(f"offsets part {i} changed size while being joined")
+            left -= count
             for j in range(count):
                 last = base + src[j + 1] - src[0]
                 if last > 0x7FFFFFFF:
@@ -393,4 +397,6 @@ def join_offsets(parts):
             dst += count
         finally:
             in_release(&inp)
+    if left:
+        raise RuntimeError("an offsets part changed size while being joined")
     return out

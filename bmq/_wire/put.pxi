@@ -26,7 +26,7 @@ cdef object per_message(object value, Py_ssize_t n, str what):
     if isinstance(value, (list, tuple)):
         if len(value) != n:
             raise ValueError(f"{n} payloads but {len(value)} {what}")
-        return PySequence_Fast(value, "per-message values must be a sequence")
+        return fast_items(value, "per-message values must be a sequence")
     return None
 
 
@@ -170,7 +170,7 @@ def build_put_events(queue_ids, guids, payloads, properties=None, *, int flags=0
         column = payloads
         n = column._count
     else:
-        pay_seq = PySequence_Fast(payloads, "payloads must be a sequence")
+        pay_seq = fast_items(payloads, "payloads must be a sequence")
         n = PySequence_Fast_GET_SIZE(pay_seq)
         pay_items = PySequence_Fast_ITEMS(pay_seq)
     qid_seq = per_message(queue_ids, n, "queue ids")
