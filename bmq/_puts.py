@@ -10,7 +10,6 @@ owner of the durable outbox (append, remove, close).
 from __future__ import annotations
 
 import collections
-import functools
 import logging
 import operator
 import threading
@@ -101,8 +100,7 @@ Completion.FUTURES = Completion(False)
 
 class PostRequest(NamedTuple):
     """One post call as a value: what :class:`bmq.Queue` hands the session, and the session the
-    PUT path (:meth:`PendingPuts.post`). The post methods make it with :func:`post_request`
-    (at C speed: a NamedTuple's own constructor is Python code, a cost every post would pay)."""
+    PUT path (:meth:`PendingPuts.post`)."""
 
     queue: "Queue"  # the queue posted to
     payloads: Sequence[Any]  # bytes-like payloads, in order (or a _codec.PayloadColumn)
@@ -114,9 +112,6 @@ class PostRequest(NamedTuple):
     single: bool = False  # a one-message call: its payload is named ``data`` in errors
 
 
-# post_request((queue, payloads, completion, properties, property_types, compression, guids,
-# single)): a PostRequest of its eight fields, in order, made without a Python-level call.
-post_request: Callable[[Tuple[Any, ...]], PostRequest] = functools.partial(tuple.__new__, PostRequest)
 
 
 def _payload_tuple(payloads: Sequence[Any], single: bool) -> Payloads:

@@ -382,8 +382,9 @@ class Session:
         timeout = self.options.open_queue_timeout if timeout is None else timeout
         if on_message is not None and self._telemetry is not None:
             on_message = self._telemetry.wrap_on_message(on_message)
-        wanted = {"read": read, "write": write, "options": options or QueueOptions(), "on_message": on_message,
-                  "batches": batches}
+        queue_options = options or QueueOptions()
+        wanted: Dict[str, Any] = {"read": read, "write": write, "options": queue_options, "on_message": on_message,
+                                  "batches": batches}
         with self._lock:
             self._check_running()
             existing = self._queues.get(uri)
@@ -394,7 +395,7 @@ class Session:
                     parsed,
                     read=read,
                     write=write,
-                    options=wanted["options"],
+                    options=queue_options,
                     on_message=on_message,
                     queue_id=queue_id,
                     sub_id=sub_id,

@@ -51,21 +51,20 @@ class ConnectionState:
         self._on_adopt = on_adopt
         self._state = SessionState.STARTING
         self._stop_started = False
-        self._conn: Optional["Connection"] = None  # negotiated, current: control traffic
-        self._connecting: Optional["Connection"] = None  # being negotiated: stop() aborts it
+        # Plain attributes, not properties: posts and confirms read them (only the transitions
+        # below write them). ``current``: the negotiated connection control traffic and posts go
+        # to, None while disconnected; ``new_style_properties``: the property encoding it (or
+        # the last one) negotiated.
+        self.current: Optional["Connection"] = None
+        self.new_style_properties = True
+        self.currentecting: Optional["Connection"] = None  # being negotiated: stop() aborts it
         self._generation = 0  # connections adopted so far
         self._endpoint = endpoint  # of the current (or last) connection
-        self._new_style = True
 
     # ---- what the state is -----------------------------------------------------------
     @property
     def state(self) -> SessionState:
         return self._state
-
-    @property
-    def current(self) -> Optional["Connection"]:
-        """The connection control traffic and posts go to; None while disconnected."""
-        return self._conn
 
     @property
     def generation(self) -> int:
@@ -76,11 +75,6 @@ class ConnectionState:
     def endpoint(self) -> "Endpoint":
         """The address of the current connection, or of the last one (the first configured before any)."""
         return self._endpoint
-
-    @property
-    def new_style_properties(self) -> bool:
-        """The property encoding the current (or last) connection negotiated."""
-        return self._new_style
 
     @property
     def stopping(self) -> bool:
@@ -103,12 +97,12 @@ class ConnectionState:
         """
         with self.lock:
             self.check_running()
-            self._connecting = conn
+            self.currentecting = conn
         try:
             yield
         finally:
             with self.lock:
-                self._connecting = None
+                self.currentecting = None
 
     def adopt(self, conn: "Connection") -> None:
         """Make the negotiated ``conn`` the current connection (STARTING becomes STARTED; while
@@ -122,11 +116,11 @@ class ConnectionState:
             self.check_running()
             if conn.transport.closed:
                 raise ConnectionLost(f"connection to {self._endpoint.address} lost right after negotiation")
-            self._conn = conn
+            self.current = conn
             if conn.endpoint is not None:
                 self._endpoint = conn.endpoint
             self._generation += 1
-            self._new_style = conn.new_style_properties
+            self.new_style_properties = conn.new_style_properties
             if self._state == SessionState.STARTING:
                 self._state = SessionState.STARTED
             self._on_adopt(conn)
@@ -139,7 +133,7 @@ class ConnectionState:
             ConnectionLost: ``conn`` is no longer the current connection.
         """
         with self.lock:
-            if conn is not self._conn:
+            if conn is not self.current:
                 raise ConnectionLost("connection lost while restoring state")
             self._puts.restore(conn.transport)
             if self._state == SessionState.RECONNECTING:
@@ -152,9 +146,9 @@ class ConnectionState:
         to keep its own units in step.
         """
         with self.lock:
-            if conn is not self._conn:
+            if conn is not self.current:
                 return False
-            self._conn = None
+            self.current = None
             self._puts.suspend()
             if self._state in _STOPPING:
                 return False  # e.g. the broker closing after our Disconnect
@@ -176,7 +170,7 @@ class ConnectionState:
         with self.lock:
             first = not self._stop_started
             self._stop_started = True
-            conn = self._conn if self._state == SessionState.STARTED else None
+            conn = self.current if self._state == SessionState.STARTED else None
             if self._state != SessionState.STOPPED:
                 self._state = SessionState.STOPPING
             self._wake.notify_all()
@@ -187,9 +181,9 @@ class ConnectionState:
         caller holds the lock to take its own units' state in the same step)."""
         with self.lock:
             self._state = SessionState.STOPPED
-            if self._connecting is not None:
-                self._connecting.abort()
-            conn, self._conn = self._conn, None
+            if self.currentecting is not None:
+                self.currentecting.abort()
+            conn, self.current = self.current, None
             self._wake.notify_all()
             return conn
 
