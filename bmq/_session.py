@@ -577,7 +577,7 @@ class Session:
         :meth:`post_async` for a Future, or ``session.get_queue(uri).post(...)`` to block.
 
         Raises:
-            The errors of :meth:`post_async`.
+            QueueStateError: ``uri`` not open for writing (all errors as :meth:`post_async`).
         """
         warnings.warn("Session.post(uri, ...) returns a Future and will block and return the Ack from bmq 0.3, "
                       "as Queue.post does: call Session.post_async(uri, ...) for a Future",
