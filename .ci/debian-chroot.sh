@@ -5,7 +5,7 @@
 #   debian-chroot.sh NAME                          one of the chroots below, in $BMQ_CI_CACHE
 #                                                  (default /var/cache/bmq-ci)/debian-NAME
 #   debian-chroot.sh DIR SUITE ARCH PACKAGE[,...]  any other
-#   debian-chroot.sh --umount DIR                  when done with it
+#   debian-chroot.sh --umount DIR                  unmount everything under DIR
 # Makes DIR (debootstrap --variant=minbase) unless DIR/.bmq-ready says it holds SUITE/ARCH with
 # these PACKAGES, and prepares it for use: the host's CA certificates (downloads go through a
 # TLS-inspecting proxy, without them pip fails with CERTIFICATE_VERIFY_FAILED), /proc and a

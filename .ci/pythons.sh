@@ -52,7 +52,8 @@ run_version() {
         done
         chroot "$chroot_dir" /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \
             PYTHON=python3.14 bash -c "$script" || status=$?
-        "$root/.ci/debian-chroot.sh" --umount "$chroot_dir"
+        # Only this run's mounts: /proc and /dev/shm stay for others using the chroot (scripts/build_wheels.py).
+        umount -l "$chroot_dir$work" "$chroot_dir$shared"
         [ "$status" -eq 0 ] || return "$status"
     else
         python=$(interpreter "$version")
