@@ -21,11 +21,12 @@ pytest_args=(-q -p no:cacheprovider tests/unit tests/integration -m "not release
 
 trap 'rm -rf "$work"' EXIT
 
-interpreter() {  # the newest pyenv CPython of version $1 (e.g. 3.12 -> ~/.pyenv/versions/3.12.1/bin/python)
-    local prefix
-    prefix=$(pyenv root)/versions/$(pyenv versions --bare | grep -E "^$1\.[0-9]+$" | sort -V | tail -1)
-    [ -x "$prefix/bin/python$1" ] || { echo "no pyenv CPython $1 (pyenv versions: $(pyenv versions --bare | xargs))" >&2; return 1; }
-    echo "$prefix/bin/python$1"
+interpreter() {  # the newest pyenv CPython $1 (3.12 -> $PYENV_ROOT/versions/3.12.1/bin/python3.12)
+    local versions=${PYENV_ROOT:-$HOME/.pyenv}/versions found
+    found=$(find "$versions" -maxdepth 1 -regex ".*/$1\.[0-9]+" -printf '%f\n' 2>/dev/null | sort -V | tail -1)
+    [ -n "$found" ] && [ -x "$versions/$found/bin/python$1" ] ||
+        { echo "no CPython $1 in $versions (pyenv install $1)" >&2; return 1; }
+    echo "$versions/$found/bin/python$1"
 }
 
 # One version's run, in $work/$version: copy, venv, install, tests. Output goes to its log.

@@ -73,11 +73,8 @@ class Target:
 
 def pyenv_prefix(version: str) -> Optional[Path]:
     """The newest pyenv CPython ``version`` (e.g. ~/.pyenv/versions/3.12.1), if any."""
-    pyenv = shutil.which("pyenv")
-    if not pyenv:
-        return None
-    root = Path(subprocess.run([pyenv, "root"], capture_output=True, text=True, check=True).stdout.strip())
-    found = [path for path in (root / "versions").glob(f"{version}.*") if re.fullmatch(rf"{version}\.\d+", path.name)]
+    versions = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = [path for path in versions.glob(f"{version}.*") if re.fullmatch(rf"{re.escape(version)}\.\d+", path.name)]
     found.sort(key=lambda path: int(path.name.split(".")[2]))
     return found[-1] if found and (found[-1] / "bin" / f"python{version}").exists() else None
 
