@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import importlib.util
 import os
 import re
 import shutil
@@ -131,10 +132,8 @@ class Headers:
 
 
 def zig() -> List[str]:
-    try:
-        import ziglang  # noqa: F401  (only to find it)
-    except ImportError:
-        raise CheckFailed("the ziglang package is needed (the release extra: pip install -e '.[release]')") from None
+    if importlib.util.find_spec("ziglang") is None:
+        raise CheckFailed("the ziglang package is needed (the release extra: pip install -e '.[release]')")
     return [sys.executable, "-m", "ziglang", "cc"]
 
 
