@@ -141,7 +141,7 @@ def compile_codec(target: Target, source: Path, headers: Path, out: Path) -> Pat
     """The codec of ``target``, from Cython's C ``source``, as ``_codec.cpython-3XX-ARCH-linux-gnu.so``."""
     library = out / f"_codec.cpython-{target.tag[2:]}-{target.arch}-linux-gnu.so"
     run([*zig(), "-target", f"{target.arch}-linux-gnu.{GLIBC}", *CFLAGS, "-I", str(headers),
-         "-I", str(source.parent / "_wire"), "-o", str(library), str(source)], cwd=out, timeout=900)
+         "-I", str(source.parent / "_wire"), "-o", str(library), str(source)], cwd=out, timeout=3600)
     return library
 
 
@@ -160,7 +160,8 @@ def make_wheel(target: Target, base: Path, library: Path, out: Path) -> Path:
     (record,) = tree.glob("*.dist-info/RECORD")
     record.unlink()  # wheel pack writes it anew
     packed = out / f"packed-{target}"
-    run([sys.executable, "-m", "wheel", "pack", "--dest-dir", str(packed), str(tree)], cwd=out)
+    packed.mkdir()
+    run([sys.executable, "-m", "wheel", "pack", "--dest-dir", str(packed), str(tree)], cwd=out, timeout=3600)
     shutil.rmtree(tree)
     (wheel,) = packed.glob("*.whl")
     return wheel
@@ -169,7 +170,7 @@ def make_wheel(target: Target, base: Path, library: Path, out: Path) -> Path:
 def repair(target: Target, wheel: Path, wheelhouse: Path) -> Path:
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     output = run([sys.executable, "-m", "auditwheel", "repair", "--plat", f"manylinux_2_17_{target.arch}",
-                  "--wheel-dir", str(wheelhouse), str(wheel)], cwd=wheelhouse, env=env)
+                  "--wheel-dir", str(wheelhouse), str(wheel)], cwd=wheelhouse, env=env, timeout=3600)
     repaired = sorted(wheelhouse.glob(f"bmq-*-{target.tag}-{target.tag}-*manylinux_2_17_{target.arch}*.whl"))
     if len(repaired) != 1:
         raise CheckFailed(f"auditwheel made no manylinux_2_17 wheel for {target}:\n{output[-3000:]}")
@@ -236,11 +237,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                             if arch != "x86_64" or any(interpreter(t, {}) is None for t in targets if t.arch == arch)})
             log(f"building the sdist and, from it, the local wheel ({sys.executable})")
             tree = check_wheel.copy_checkout(work / "checkout")
-            built = check_wheel.build(tree, work / "dist")
+            built = check_wheel.build(tree, work / "dist", timeout=3600)
             check_wheel.check_contents(built["sdist"], built["wheel"])
             sdist = Path(shutil.copy(built["sdist"], out))
             # setup.py runs cythonize() before setup() reads its command: --name only generates the C.
-            run([sys.executable, "setup.py", "--name"], cwd=tree)
+            run([sys.executable, "setup.py", "--name"], cwd=tree, timeout=3600)
             source = tree / "bmq" / "_codec.c"
             headers = Headers(work, chroots)
 

@@ -126,8 +126,8 @@ def copy_checkout(into: Path) -> Path:
     return into
 
 
-def build(tree: Path, out: Path) -> Dict[str, Path]:
-    run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(tree)], cwd=tree)
+def build(tree: Path, out: Path, timeout: float = 600) -> Dict[str, Path]:
+    run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(tree)], cwd=tree, timeout=timeout)
     sdists, wheels = sorted(out.glob("bmq-*.tar.gz")), sorted(out.glob("bmq-*.whl"))
     if len(sdists) != 1 or len(wheels) != 1:
         raise CheckFailed(f"expected one sdist and one wheel in {out}, found {sdists + wheels}")
