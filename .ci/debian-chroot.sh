@@ -74,7 +74,8 @@ if [ -d /usr/local/share/ca-certificates ] && [ -n "$(ls -A /usr/local/share/ca-
     cp -r /usr/local/share/ca-certificates/. "$dir/usr/local/share/ca-certificates/"
     chroot "$dir" update-ca-certificates >/dev/null 2>&1 || echo "[chroot] update-ca-certificates failed in $dir" >&2
 fi
-cp /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null || true
+# The host's names: bmqbrkr resolves this machine's hostname at start and aborts if it cannot.
+for file in resolv.conf hosts hostname; do cp "/etc/$file" "$dir/etc/$file" 2>/dev/null || true; done
 mountpoint -q "$dir/proc" || mount -t proc proc "$dir/proc"
 mkdir -p "$dir/dev/shm"
 mountpoint -q "$dir/dev/shm" || mount -t tmpfs -o mode=1777 shm "$dir/dev/shm"
