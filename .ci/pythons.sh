@@ -42,7 +42,7 @@ run_version() {
         . '$work/$version/venv/bin/activate'
         python -m pip install -q --disable-pip-version-check -e '.[test]'
         echo \"[pythons] \$(python --version): installed in \$((SECONDS)) s\"
-        CI=true BMQ_SHARED_DIR='$shared' python -m pytest ${pytest_args[*]@Q} \$EXTRA_PYTEST_ARGS
+        CI=true BMQ_SHARED_DIR='$shared' python -m pytest ${pytest_args[*]@Q} \${EXTRA_PYTEST_ARGS:-}
     "
     if [ "$version" = 3.14 ]; then
         # Not test_tls.py there: tests/tlsutil.py's expired certificate (openssl x509 -req on
