@@ -30,8 +30,8 @@ for pkg in build-essential libssl-dev zlib1g-dev libffi-dev libbz2-dev liblzma-d
 done
 if [ ${#missing[@]} -gt 0 ]; then
     echo "[ft-build] installing ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 work=$(mktemp -d -t bmq-cpython-ft.XXXXXX)

@@ -35,7 +35,7 @@ venv="$work/venv-3.13t"
 echo "[ft] unit and embedded-broker tests on $("$venv/bin/python" -VV | head -1), PYTHON_GIL=0"
 # CI unset: what 3.13t cannot install skips (the main suite requires it under CI=true).
 env -u CI PYTHON_GIL=0 nice -n 5 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-    tests/unit tests/integration \
+    tests/unit tests/integration -m "not slow" \
     --ignore=tests/unit/test_typing.py \
     --ignore=tests/integration/test_spark.py --ignore=tests/integration/test_spark_units.py \
     -k "not bmqbrkr"

@@ -25,6 +25,13 @@ the venv's pip takes the dependencies from the configured index, as a user's wou
 
 Usage: ``python scripts/check_wheel.py [--offline] [--out DIR] [--bench-count N]``; it needs
 the ``release`` extra (``pip install -e ".[release]"``). Exit code 0 when every check passed.
+
+Steps 4 and 5 alone, for a distribution built elsewhere (``scripts/build_wheels.py`` runs them
+with each version's interpreter, this file being standard library only):
+``python3.X scripts/check_wheel.py --wheel WHEEL [--sdist SDIST] [--bench-count N]`` installs the
+wheel with no compiler on PATH (``--bench-count 0``: no ``bmq bench``, the smoke test is enough
+under an emulator); ``python3.X scripts/check_wheel.py --sdist SDIST`` alone installs the sdist
+*with* the compiler (it builds the codec) and runs ``bmq --version`` and the smoke test.
 """
 from __future__ import annotations
 
@@ -119,8 +126,8 @@ def copy_checkout(into: Path) -> Path:
     return into
 
 
-def build(tree: Path, out: Path) -> Dict[str, Path]:
-    run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(tree)], cwd=tree)
+def build(tree: Path, out: Path, timeout: float = 600) -> Dict[str, Path]:
+    run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(tree)], cwd=tree, timeout=timeout)
     sdists, wheels = sorted(out.glob("bmq-*.tar.gz")), sorted(out.glob("bmq-*.whl"))
     if len(sdists) != 1 or len(wheels) != 1:
         raise CheckFailed(f"expected one sdist and one wheel in {out}, found {sdists + wheels}")
@@ -189,7 +196,8 @@ def no_compiler_environment(work: Path, env_dir: Path) -> Dict[str, str]:
     return env
 
 
-def check_install(sdist: Path, wheel: Path, work: Path, *, offline: bool, bench_count: int) -> None:
+def check_install(sdist: Optional[Path], wheel: Path, work: Path, *, offline: bool, bench_count: int) -> None:
+    """Steps 4 and 5 (see the module's docstring); without ``sdist``, no attempt to install it."""
     env_dir = work / "venv"
     venv.EnvBuilder(with_pip=True, symlinks=True).create(env_dir)
     env = no_compiler_environment(work, env_dir)
@@ -203,31 +211,72 @@ def check_install(sdist: Path, wheel: Path, work: Path, *, offline: bool, bench_
         (site / "bmq-check-dependencies.pth").write_text(
             f"{link_distributions(RUNTIME_DEPENDENCIES, work / 'dependencies')}\n")
 
-    # Without a compiler the sdist cannot build: the wheel is what makes the install work.
-    build_env = dict(env)
-    if offline:
-        build_env["PYTHONPATH"] = str(link_distributions(BUILD_DEPENDENCIES, work / "build-dependencies"))
-    output = run([*pip, "--no-deps", str(sdist)] + (["--no-build-isolation"] if offline else []),
-                 cwd=elsewhere, env=build_env, expect_failure=True)
-    reasons = [line.strip() for line in output.splitlines()
-               if "error" in line.lower() and any(f"'{name}'" in line or f"{name}:" in line for name in COMPILERS)]
-    if not reasons:
-        raise CheckFailed(f"pip install {sdist.name} failed, but not for want of a compiler:\n{output[-6000:]}")
-    log(f"  the sdist does not install without a compiler, as expected: {reasons[0]}")
+    if sdist is not None:
+        # Without a compiler the sdist cannot build: the wheel is what makes the install work.
+        build_env = dict(env)
+        if offline:
+            build_env["PYTHONPATH"] = str(link_distributions(BUILD_DEPENDENCIES, work / "build-dependencies"))
+        output = run([*pip, "--no-deps", str(sdist)] + (["--no-build-isolation"] if offline else []),
+                     cwd=elsewhere, env=build_env, expect_failure=True)
+        reasons = [line.strip() for line in output.splitlines()
+                   if "error" in line.lower() and any(f"'{name}'" in line or f"{name}:" in line for name in COMPILERS)]
+        if not reasons:
+            raise CheckFailed(f"pip install {sdist.name} failed, but not for want of a compiler:\n{output[-6000:]}")
+        log(f"  the sdist does not install without a compiler, as expected: {reasons[0]}")
 
     run([*pip, "--only-binary", ":all:", str(wheel)] + (["--no-deps"] if offline else []), cwd=elsewhere, env=env)
+    check_installed(python, wheel.name.split("-")[1], elsewhere, env, bench_count=bench_count)
+
+
+def check_installed(python: str, version: str, elsewhere: Path, env: Dict[str, str], *, bench_count: int) -> None:
+    """Step 5 in the venv of ``python``: ``pip check``, ``bmq --version`` (must print ``version``),
+    the smoke test and, unless ``bench_count`` is 0, ``bmq bench``."""
     run([python, "-m", "pip", "check"], cwd=elsewhere, env=env)
-    version = run(["bmq", "--version"], cwd=elsewhere, env=env).strip()
-    expected = f"bmq {wheel.name.split('-')[1]}"
-    if version != expected:
-        raise CheckFailed(f"bmq --version printed {version!r}, expected {expected!r}")
-    log(f"  {version}")
+    printed = run(["bmq", "--version"], cwd=elsewhere, env=env).strip()
+    if printed != f"bmq {version}":
+        raise CheckFailed(f"bmq --version printed {printed!r}, expected 'bmq {version}'")
+    log(f"  {printed}")
     smoke = elsewhere / "smoke.py"
     smoke.write_text(SMOKE_TEST)
-    log("  " + run([python, str(smoke)], cwd=elsewhere, env=env, timeout=120).strip().splitlines()[-1])
-    bench = run(["bmq", "bench", "--count", str(bench_count)], cwd=elsewhere, env=env, timeout=300)
-    for line in bench.strip().splitlines():
-        log(f"  | {line}")
+    log("  " + run([python, str(smoke)], cwd=elsewhere, env=env, timeout=300).strip().splitlines()[-1])
+    if bench_count:
+        bench = run(["bmq", "bench", "--count", str(bench_count)], cwd=elsewhere, env=env, timeout=300)
+        for line in bench.strip().splitlines():
+            log(f"  | {line}")
+
+
+def check_sdist_install(sdist: Path, work: Path) -> None:
+    """The sdist installs where a compiler is (pip builds the codec) and passes the smoke test."""
+    env_dir = work / "venv"
+    venv.EnvBuilder(with_pip=True, symlinks=True).create(env_dir)
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(PATH=os.pathsep.join([str(env_dir / "bin"), os.environ.get("PATH", "")]), VIRTUAL_ENV=str(env_dir),
+               PYTHONNOUSERSITE="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    python = str(env_dir / "bin" / "python")
+    elsewhere = work / "elsewhere"
+    elsewhere.mkdir()
+    run([python, "-m", "pip", "install", "--no-input", str(sdist)], cwd=elsewhere, env=env, timeout=900)
+    check_installed(python, sdist.name[len("bmq-"):-len(".tar.gz")], elsewhere, env, bench_count=0)
+
+
+def check_given(wheel: Optional[Path], sdist: Optional[Path], bench_count: int) -> int:
+    """``--wheel`` / ``--sdist``: check distributions built elsewhere with this interpreter."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bmq-check-wheel-") as temporary:
+        try:
+            if wheel is not None:
+                log(f"installing {wheel.name} in a fresh venv of Python {sys.version.split()[0]} "
+                    f"({sys.executable}) without a C compiler on PATH")
+                check_install(sdist, wheel.resolve(), Path(temporary), offline=False, bench_count=bench_count)
+            elif sdist is not None:
+                log(f"installing {sdist.name} in a fresh venv of Python {sys.version.split()[0]} ({sys.executable}), "
+                    f"with a C compiler")
+                check_sdist_install(sdist.resolve(), Path(temporary))
+        except (CheckFailed, subprocess.TimeoutExpired) as exc:
+            log(f"FAILED: {exc}")
+            return 1
+    log(f"all checks passed in {time.monotonic() - started:.0f} s")
+    return 0
 
 
 def size(path: Path) -> str:
@@ -239,8 +288,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--offline", action="store_true",
                         help="no package index: link the dependencies from this interpreter (what tests use)")
     parser.add_argument("--out", type=Path, help="keep the sdist and wheels here (default: a temporary directory)")
-    parser.add_argument("--bench-count", type=int, default=100_000, help="messages for bmq bench (default 100000)")
+    parser.add_argument("--bench-count", type=int, default=100_000,
+                        help="messages for bmq bench (default 100000; 0: no bench)")
+    parser.add_argument("--wheel", type=Path, help="check this wheel, built elsewhere, instead of building one")
+    parser.add_argument("--sdist", type=Path, help="with --wheel: it must not install without a compiler; "
+                                                   "alone: check that it installs with one")
     args = parser.parse_args(argv)
+    if args.wheel or args.sdist:
+        return check_given(args.wheel, args.sdist, args.bench_count)
     if not sys.platform.startswith("linux"):
         log(f"this check repairs Linux wheels; {sys.platform} builds are configured in pyproject.toml "
             f"[tool.cibuildwheel]")

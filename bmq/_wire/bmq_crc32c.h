@@ -82,6 +82,7 @@ static uint32_t bmq_crc32c_sw(uint32_t reg, const unsigned char *p, size_t n) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <nmmintrin.h>
 #define BMQ_CRC32C_HW_POSSIBLE 1
 
@@ -108,7 +109,8 @@ static inline uint64_t bmq_load_u64(const unsigned char *p) {
         n -= 3 * (size_t)(len);                                                    \
     }
 
-__attribute__((target("sse4.2")))
+/* "crc32" as well: clang (zig cc, which builds the manylinux wheels) wants it for _mm_crc32_*. */
+__attribute__((target("sse4.2,crc32")))
 static uint32_t bmq_crc32c_hw(uint32_t reg, const unsigned char *p, size_t n) {
     uint64_t c0 = reg;
     while (n && ((uintptr_t)p & 7)) {
@@ -148,8 +150,12 @@ static void bmq_crc32c_init(void) {
     bmq_crc32c_fill_shift(bmq_crc32c_long_shift, BMQ_CRC32C_LONG);
     bmq_crc32c_fill_shift(bmq_crc32c_short_shift, BMQ_CRC32C_SHORT);
 #if BMQ_CRC32C_HW_POSSIBLE
-    __builtin_cpu_init();
-    bmq_crc32c_have_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+    {
+        /* cpuid, not __builtin_cpu_supports: zig cc (the manylinux wheels' compiler) cannot link
+           the latter's __cpu_model into a shared object. */
+        unsigned int eax, ebx, ecx, edx;
+        bmq_crc32c_have_hw = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_SSE4_2) ? 1 : 0;
+    }
 #endif
 }
 

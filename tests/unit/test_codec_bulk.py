@@ -1,8 +1,8 @@
 """The codec's bulk helpers for producers posting columns (the Spark sink)."""
 import array
-from typing import Any
+import itertools
+from typing import Any, List, Tuple
 
-import pyarrow as pa
 import pytest
 
 from bmq import _codec as codec
@@ -23,13 +23,16 @@ def test_derived_guids_are_a_function_of_key_and_position() -> None:
         codec.derived_guids(b"k", -1, 3)
 
 
-def _column(values: list, kind: Any = pa.binary()) -> Any:
-    array_ = pa.array(values, kind)
-    _, offsets, data = array_.buffers()
-    return offsets, data
+def _column(values: List[bytes], offset_type: str = "i") -> Tuple[bytes, bytes]:
+    """The offsets and data buffers of a column of ``values``, laid out as Arrow lays out a binary
+    (``"i"``: 32-bit offsets) or large binary (``"q"``) column."""
+    offsets = array.array(offset_type, [0, *itertools.accumulate(len(value) for value in values)])
+    return offsets.tobytes(), b"".join(values)
 
 
 def test_payload_column_reads_the_values_of_a_column_in_place() -> None:
+    # Arrow's own buffers (what the Spark sink hands over); pyarrow comes with the spark extra.
+    pa: Any = pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'bmq[spark]')")
     column = pa.array([b"ab", b"", b"xyz", b"q"], pa.binary()).slice(1)
     _, offsets, data = column.buffers()
     values = codec.PayloadColumn(offsets, data, column.offset, len(column))
@@ -42,9 +45,12 @@ def test_payload_column_reads_the_values_of_a_column_in_place() -> None:
     for first, count in ((2, 2), (-1, 1), (1, -1), (2**62, 2**62)):
         with pytest.raises(IndexError):
             values.nbytes_of(first, count)
-    offsets, data = _column(["é", "long" * 100], pa.large_string())
+    column = pa.array(["é", "long" * 100], pa.large_string())
+    _, offsets, data = column.buffers()
     assert list(codec.PayloadColumn(offsets, data, 0, 2, 8)) == ["é".encode(), b"long" * 100]
     assert list(codec.PayloadColumn(array.array("i", [5]).tobytes(), b"", 0, 0)) == []
+    offsets, data = _column(["é".encode(), b"long" * 100], "q")
+    assert list(codec.PayloadColumn(offsets, data, 0, 2, 8)) == ["é".encode(), b"long" * 100]
 
 
 def test_payload_column_copies_a_writable_buffer_so_a_posted_value_stays_as_posted() -> None:
