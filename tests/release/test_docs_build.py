@@ -86,6 +86,11 @@ def _import(module_name: str):
         return importlib.import_module(module_name)
 
 
+# The first words of a queue method that only the session's units call (docs/conf.py leaves
+# these out of the reference).
+SESSION_SIDE = "Session side (not public API)"
+
+
 def public_names() -> Iterator[Tuple[str, str]]:
     """(name as imported, where its members are documented) for every public name and member."""
     import bmq.exceptions
@@ -102,7 +107,8 @@ def public_names() -> Iterator[Tuple[str, str]]:
                 continue
             home = f"bmq.exceptions.{name}" if module_name == "bmq" and name in bmq.exceptions.__all__ else qualified
             for member, value in vars(obj).items():
-                if not member.startswith("_") and (inspect.isfunction(value) or isinstance(value, property)):
+                if (not member.startswith("_") and (inspect.isfunction(value) or isinstance(value, property))
+                        and not (getattr(value, "__doc__", None) or "").startswith(SESSION_SIDE)):
                     yield f"{qualified}.{member}", f"{home}.{member}"
 
 
