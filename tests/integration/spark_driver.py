@@ -1,6 +1,9 @@
 """A Spark driver program for the tests that need Spark in processes of its own: executors in
 their own JVMs (``local-cluster``), an executor or the driver killed.
 
+The ``connect`` scenario goes through Spark Connect (``remote("local[2]")`` starts a Connect
+server in the process, which a regular SparkSession must not share).
+
 The tests run it as a subprocess (``python spark_driver.py SCENARIO --broker ... --work DIR``)
 and read what it did from ``DIR/result.json``. One run of the ``cluster`` scenario does
 several things in one ``local-cluster[2,1,1024]`` application (starting one costs ~30 s on a
@@ -201,9 +204,39 @@ def stream(args: argparse.Namespace) -> Dict[str, Any]:
     return {"rows": rows}
 
 
+def connect(args: argparse.Namespace) -> Dict[str, Any]:
+    """Through Spark Connect (``remote("local[2]")``: a Connect server in this process, which
+    no regular SparkSession may share): a write, a batch read of another queue, an
+    AvailableNow read of the written one; the rows each read gave."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from bmq.spark import BlazingMQDataSource, activate
+
+    spark = SparkSession.builder.remote(args.master).getOrCreate()
+    result: Dict[str, Any] = {"session": type(spark).__module__}
+    spark.dataSource.register(BlazingMQDataSource)  # the class goes to the server by value
+    activate(spark)  # does nothing for a Connect session
+    frame = spark.range(args.rows, numPartitions=2).select(F.format_string("c%d", "id").alias("data"))
+    frame.write.format("blazingmq").option("broker", args.broker).option("queue", args.queue + "-write") \
+        .mode("append").save()
+    rows = (spark.read.format("blazingmq").option("broker", args.broker).option("queue", args.queue + "-read")
+            .option("idleTimeout", "1").load().collect())
+    result["batch_read"] = sorted(row.data.decode() for row in rows)
+    query = (spark.readStream.format("blazingmq").option("broker", args.broker).option("queue", args.queue + "-write")
+             .option("maxMessagesPerBatch", str(args.batch)).load()
+             .writeStream.format("memory").queryName("connect_available_now").trigger(availableNow=True).start())
+    query.awaitTermination(300)
+    query.stop()
+    result["available_now"] = sorted(row.data.decode() for row in spark.sql("select data from connect_available_now")
+                                     .collect())
+    spark.stop()
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenario", choices=["cluster", "stream"])
+    parser.add_argument("scenario", choices=["cluster", "stream", "connect"])
     parser.add_argument("--broker", required=True)
     parser.add_argument("--queue", required=True, help="queue URI (the cluster scenario adds suffixes)")
     parser.add_argument("--work", required=True, help="directory for outputs and result.json")
@@ -213,7 +246,7 @@ def main() -> None:
     parser.add_argument("--available-now", action="store_true")
     args = parser.parse_args()
     _environment()
-    result = {"cluster": cluster, "stream": stream}[args.scenario](args)
+    result = {"cluster": cluster, "stream": stream, "connect": connect}[args.scenario](args)
     (Path(args.work) / "result.json").write_text(json.dumps(result))
 
 

@@ -1,6 +1,7 @@
 """The ``blazingmq`` data source through Spark Connect: a thin client talking gRPC to a Connect
-server, whose Python workers run the source (``SparkSession.builder.remote("local[2]")``
-starts that server in this process; bmq is installed where it runs, as on a real server).
+server, whose Python workers run the source. ``SparkSession.builder.remote("local[2]")``
+starts that server in the client's process, where no regular SparkSession may run, so the
+client is a driver program of its own (``spark_driver.py connect``); real bmqbrkr.
 
 Needs the Connect client's packages: ``pip install 'bmq[spark-connect]'``.
 """
@@ -8,41 +9,26 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any, Iterator, List
+from pathlib import Path
+from typing import Any, Dict, List
 
 import pytest
 
-pytestmark = pytest.mark.spark
+# Spark starts slowly on a loaded 2-core machine.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 
 try:
     import grpc  # noqa: F401  (the Connect client's transport, brought by bmq[spark-connect])
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
+    import pyspark  # noqa: F401
 except ImportError as e:  # the optional extras; CI must have them
     if os.environ.get("CI", "").lower() == "true":
         raise
     pytest.skip(f"the Spark Connect client is needed: pip install 'bmq[spark-connect]' ({e})", allow_module_level=True)
 
 import bmq  # noqa: E402
-from bmq.spark import BlazingMQDataSource, activate  # noqa: E402
+from test_spark_cluster import run_driver  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def connect(spark: Any) -> Iterator[Any]:
-    """A Spark Connect session. The ``spark`` fixture first sets the Python workers'
-    interpreter and path; the local Connect server then runs on its SparkContext (one per
-    JVM), as a real server runs on its own."""
-    session = SparkSession.builder.remote("local[2]").getOrCreate()
-    assert session.__class__.__module__.startswith("pyspark.sql.connect")
-    session.dataSource.register(BlazingMQDataSource)  # sent to the server with the class by value
-    try:
-        yield session
-    finally:
-        session.stop()
-
-
-def new_queue(name: str) -> str:
-    return f"bmq://bmq.test.mem.priority/connect-{name}-{uuid.uuid4().hex[:8]}"
+ROWS = 3_000
 
 
 def payloads_in(address: str, uri: str) -> List[bytes]:
@@ -56,39 +42,30 @@ def payloads_in(address: str, uri: str) -> List[bytes]:
     return received
 
 
-def test_write_through_spark_connect(connect: Any, bmqbrkr: Any) -> None:
-    uri = new_queue("write")
-    frame = connect.range(3_000, numPartitions=2).select(F.format_string("c%d", "id").alias("data"))
-    frame.write.format("blazingmq").option("broker", bmqbrkr.address).option("queue", uri).mode("append").save()
-    assert sorted(payloads_in(bmqbrkr.address, uri)) == sorted(f"c{i}".encode() for i in range(3_000))
-
-
-def test_batch_read_through_spark_connect(connect: Any, bmqbrkr: Any) -> None:
-    uri = new_queue("read")
+@pytest.fixture(scope="module")
+def connect_run(bmqbrkr: Any, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
+    """One Connect client: a write, a batch read (of 500 messages posted first), an AvailableNow
+    read of what it wrote."""
+    queue = f"bmq://bmq.test.mem.priority/connect-{uuid.uuid4().hex[:8]}"
     with bmq.Session(broker=bmqbrkr.address) as session:
-        session.open_queue(uri, write=True).post_many([f"r{i}".encode() for i in range(500)])
-    rows = (connect.read.format("blazingmq").option("broker", bmqbrkr.address).option("queue", uri)
-            .option("idleTimeout", "1").load().collect())
-    assert sorted(row.data for row in rows) == sorted(f"r{i}".encode() for i in range(500))
-    assert payloads_in(bmqbrkr.address, uri) == []  # read and confirmed
+        session.open_queue(queue + "-read", write=True).post_many([f"r{i}".encode() for i in range(500)])
+    result = run_driver("connect", Path(tmp_path_factory.mktemp("connect")), "--broker", bmqbrkr.address,
+                        "--queue", queue, "--master", "local[2]", "--rows", str(ROWS), "--batch", "1000")
+    result["queue"] = queue
+    return result
 
 
-def test_available_now_read_through_spark_connect(connect: Any, bmqbrkr: Any) -> None:
-    uri, name = new_queue("available-now"), f"connect_{uuid.uuid4().hex[:8]}"
-    with bmq.Session(broker=bmqbrkr.address) as session:
-        session.open_queue(uri, write=True).post_many([f"a{i}".encode() for i in range(5_000)])
-    query = (connect.readStream.format("blazingmq").option("broker", bmqbrkr.address).option("queue", uri)
-             .option("maxMessagesPerBatch", "2000").load()
-             .writeStream.format("memory").queryName(name).trigger(availableNow=True).start())
-    try:
-        assert query.awaitTermination(240)
-    finally:
-        query.stop()
-    assert query.exception() is None
-    rows = connect.sql(f"select data from {name}").collect()
-    assert sorted(row.data for row in rows) == sorted(f"a{i}".encode() for i in range(5_000))
-    assert payloads_in(bmqbrkr.address, uri) == []
+def test_the_client_is_a_spark_connect_session(connect_run: Dict[str, Any]) -> None:
+    assert connect_run["session"].startswith("pyspark.sql.connect")
 
 
-def test_activate_is_a_no_op_for_a_connect_session(connect: Any) -> None:
-    activate(connect)  # a Connect client has no JVM: nothing to set, nothing raised
+def test_write_and_available_now_read_through_spark_connect(connect_run: Dict[str, Any], bmqbrkr: Any) -> None:
+    # The write put every row once (the AvailableNow read got each once) and the read
+    # confirmed them all (nothing left).
+    assert connect_run["available_now"] == sorted(f"c{i}" for i in range(ROWS))
+    assert payloads_in(bmqbrkr.address, connect_run["queue"] + "-write") == []
+
+
+def test_batch_read_through_spark_connect(connect_run: Dict[str, Any], bmqbrkr: Any) -> None:
+    assert connect_run["batch_read"] == sorted(f"r{i}" for i in range(500))
+    assert payloads_in(bmqbrkr.address, connect_run["queue"] + "-read") == []
