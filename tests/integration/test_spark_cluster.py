@@ -66,7 +66,8 @@ def drain(address: str, uri: str, expected: int, timeout: float = 60.0) -> List[
     then stays quiet for 1 s (so that extra messages would be seen)."""
     payloads: List[bytes] = []
     with bmq.Session(broker=address) as session:
-        queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=5000))
+        queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=5000),
+                                   batches=True)
         while True:
             batch = queue.get_batch(5000, timeout=timeout if len(payloads) < expected else 1.0)
             if batch is None:

@@ -36,7 +36,8 @@ def payloads_in(address: str, uri: str) -> List[bytes]:
     nothing, stopped once the queue is quiet for 1 s)."""
     received: List[bytes] = []
     with bmq.Session(broker=address) as session:
-        queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=10_000))
+        queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=10_000),
+                                   batches=True)
         while (batch := queue.get_batch(10_000, timeout=1.0)) is not None:
             received.extend(batch[index].data for index in range(len(batch)))
     return received
