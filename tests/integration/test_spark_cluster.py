@@ -72,7 +72,7 @@ def drain(address: str, uri: str, expected: int, timeout: float = 60.0) -> List[
             batch = queue.get_batch(5000, timeout=timeout if len(payloads) < expected else 1.0)
             if batch is None:
                 return payloads
-            payloads.extend(batch[index].data for index in range(len(batch)))
+            payloads.extend(batch.payload(index) for index in range(len(batch)))
             batch.confirm()
 
 

@@ -39,7 +39,7 @@ def payloads_in(address: str, uri: str) -> List[bytes]:
         queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=10_000),
                                    batches=True)
         while (batch := queue.get_batch(10_000, timeout=1.0)) is not None:
-            received.extend(batch[index].data for index in range(len(batch)))
+            received.extend(batch.payload(index) for index in range(len(batch)))
     return received
 
 
