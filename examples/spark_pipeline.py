@@ -2,7 +2,8 @@
 with a transformation, then read the result back as a batch.
 
 Run it with ``python examples/spark_pipeline.py [tcp://host:port]``; without a broker address
-it starts the embedded broker. Needs ``pip install 'bmq[spark]'`` and Java 17+.
+it starts the embedded broker. Needs ``pip install 'bmq[spark]'`` (pyspark 4.2+ for the
+streaming step's Trigger.AvailableNow) and Java 17+.
 """
 from __future__ import annotations
 
@@ -64,7 +65,10 @@ def main(broker: Optional[str] = None) -> int:
         )
 
         # 2. Stream orders -> priced, adding a property; `guid` keys the copies' GUIDs so that
-        #    redelivered orders are de-duplicated in the target queue.
+        #    redelivered orders are de-duplicated in the target queue. Trigger.AvailableNow
+        #    (pyspark 4.2+) ends the query once it has caught up with the queue, with every
+        #    batch confirmed: no stop() in the middle of a batch (which Spark logs as an
+        #    aborted write, see docs/spark.md).
         with tempfile.TemporaryDirectory() as checkpoint:
             query = (
                 spark.readStream.format("blazingmq")
@@ -86,23 +90,21 @@ def main(broker: Optional[str] = None) -> int:
                 .option("queue", priced)
                 .option("guidColumn", "guid")
                 .option("checkpointLocation", checkpoint)
+                .trigger(availableNow=True)
                 .start()
             )
-            # 3. Batch read of the result: waits (idleTimeout) while the stream catches up.
-            try:
-                rows = (
-                    spark.read.format("blazingmq")
-                    .option("broker", broker)
-                    .option("queue", priced)
-                    .option("maxMessages", ROWS)
-                    .option("idleTimeout", 30)
-                    .option("propertySchema", "price_cents INT")
-                    .load()
-                    .cache()
-                )
-                count = rows.count()
-            finally:
-                query.stop()
+            query.awaitTermination()
+        # 3. Batch read of the result.
+        rows = (
+            spark.read.format("blazingmq")
+            .option("broker", broker)
+            .option("queue", priced)
+            .option("maxMessages", ROWS)
+            .option("propertySchema", "price_cents INT")
+            .load()
+            .cache()
+        )
+        count = rows.count()
         if count != ROWS:
             raise RuntimeError(f"expected {ROWS} priced orders, read {count}")
         return count

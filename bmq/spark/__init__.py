@@ -13,6 +13,9 @@ Example::
               .option("broker", "tcp://localhost:30114")
               .option("queue", "bmq://bmq.test.mem.priority/in").load())
 
+In a thread other than the one that created the SparkSession, call ``activate(spark)`` first
+(Spark looks the format up through the JVM's thread-local active session).
+
 See ``docs/spark.md`` for the options and the exact delivery guarantees.
 """
 from __future__ import annotations
@@ -27,5 +30,6 @@ except ImportError as e:  # pragma: no cover - exercised in a process without py
     ) from e
 
 from ._source import BlazingMQDataSource
+from ._threads import activate
 
-__all__ = ["BlazingMQDataSource"]
+__all__ = ["BlazingMQDataSource", "activate"]

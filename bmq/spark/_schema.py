@@ -357,6 +357,15 @@ def _repeated_timestamp(moment: datetime.datetime, kind: pa.TimestampType, count
     return pa.Array.from_buffers(kind, count, [None, pa.py_buffer(array.array("q", [micros]) * count)])
 
 
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """Spark's Arrow schema of ``schema``, timestamps in UTC (pyspark 4.2 and later name the
+    zone, 4.1 has a flag for UTC)."""
+    try:
+        return to_arrow_schema(schema, timezone="UTC")
+    except TypeError:  # pyspark 4.1: to_arrow_schema(schema, timestamp_utc=True)
+        return to_arrow_schema(schema, timestamp_utc=True)  # type: ignore[call-arg]
+
+
 class RowBuilder:
     """Turns received :class:`bmq.MessageBatch` objects into the rows of the output ``schema``.
 
@@ -378,7 +387,7 @@ class RowBuilder:
     """
 
     def __init__(self, schema: StructType):
-        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self.arrow_schema = arrow_schema(schema)
         self._extra = [(field.name, _typed(field.dataType)) for field in schema.fields[len(READ_FIELDS):]]
         self._map_type = self.arrow_schema.field(PROPERTIES_COLUMN).type
         self._received_type = self.arrow_schema.field("received").type

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Iterator, Tuple
+from typing import Iterator, Optional, Tuple
 
 import bmq
 
 from ._options import CommonOptions, WriteOptions
 
-__all__ = ["connect", "open_producer", "open_consumer", "probe", "probe_broker"]
+__all__ = ["connect", "held_messages", "open_producer", "open_consumer", "probe", "probe_broker"]
 
 _log = logging.getLogger(__name__)
 
@@ -68,6 +68,27 @@ def open_consumer(options: CommonOptions, max_messages: int, max_bytes: int) -> 
     except BaseException:
         session.stop()
         raise
+
+
+def held_messages(options: CommonOptions) -> Optional[int]:
+    """How many messages the broker holds for the reader's appId (the queue's ``?id=``, else
+    the default one), delivered or not, from its admin statistics; None when it cannot tell.
+
+    It cannot tell for a ``subscription`` reader (the count includes the messages the
+    subscription leaves to others), nor when no broker of the list answers the admin command
+    (a proxy answers only partially: then the count may be 0 while the cluster holds more).
+    """
+    if getattr(options, "subscription", ""):
+        return None
+    app_id = bmq.parse_uri(options.queue).app_id or "__default"
+    for address in (address.strip() for address in options.broker.split(",") if address.strip()):
+        try:
+            with bmq.Admin(address, timeout=options.connect_timeout) as admin:
+                app = admin.queue_stats(options.queue).apps.get(app_id)
+            return app.messages if app is not None else 0
+        except bmq.Error as e:
+            _log.info("blazingmq: %s cannot tell what it holds for %s: %s", address, options.queue, e)
+    return None
 
 
 def probe(options: WriteOptions) -> None:

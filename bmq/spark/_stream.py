@@ -31,6 +31,7 @@ import dataclasses
 import datetime
 import logging
 import threading
+import time
 import uuid
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -65,6 +66,9 @@ _LINGER = 0.05
 # the prefetch of the next one, instead of following the take of a full batch.
 _HEAD_START_SHARE = 8
 _HEAD_START_FLOOR = 1000
+# How long an AvailableNow run waits on for messages the broker holds but does not deliver
+# (another consumer holds them unconfirmed) before it ends anyway.
+_UNDELIVERED_PATIENCE = 30.0
 # The reception time of a batch that has no message.
 _NEVER = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
 
@@ -145,6 +149,11 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._batches: List[_Batch] = []
         self._available_now = False
         self._caught_up = False
+        # AvailableNow: what the broker held for this reader when the run started (None: it
+        # could not tell), and the messages this run has received.
+        self._backlog: Optional[int] = None
+        self._received = 0
+        self._stopping = threading.Event()
         self._prefetcher: Optional[threading.Thread] = None
         self._next_batch: Optional["concurrent.futures.Future[_Taken]"] = None
         self._wanted = threading.Event()
@@ -160,16 +169,25 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def prepareForTriggerAvailableNow(self) -> None:
         """Make this run end once it has caught up with the queue (Trigger.AvailableNow).
 
-        A queue has no end offset to record. The run has caught up when a
-        :meth:`latestOffset` gets no message at all: that call first confirms every earlier
-        batch, so the broker may deliver up to the consumer's whole window, and then waits
-        ``pollTimeout`` for a first message. A call that only drains what had already arrived
-        locally proves nothing (the broker may still be sending the rest of the window), so
-        batches go on until such an empty call; it returns ``start`` and Spark ends the run
-        with every batch confirmed.
+        A queue has no end offset to record; what stands for it is the count of messages
+        the broker holds for this reader now (see :func:`~bmq.spark._session.held_messages`).
+        The run has caught up when a :meth:`latestOffset` gets no message at all and either
+        the run has received that many messages or the broker holds none for it any more.
+        Such a call first confirms every earlier batch, so the broker may deliver up to the
+        consumer's whole window, and then waits ``pollTimeout`` for a first message. Silence
+        alone proves nothing while the broker holds messages: it may not have started
+        delivering (its start-up delay after the queue opens, longer on a loaded machine),
+        or be slow to send the next window. So a call that gets nothing asks the broker and
+        waits on while it holds messages, up to ``_UNDELIVERED_PATIENCE`` seconds (messages
+        another consumer holds are never delivered to this one). When the broker cannot
+        tell (a ``subscription`` reader, no admin answer), silence is taken for caught up.
+        The call that has caught up returns ``start`` and Spark ends the run with every
+        batch confirmed.
         """
+        backlog = _session.held_messages(self._options)
         with self._lock:
             self._available_now = True
+            self._backlog = backlog
 
     def initialOffset(self) -> Offset:
         """The offset before the first message of a new query."""
@@ -216,9 +234,12 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 # The prefetch may have found nothing only because the consumer's window was
                 # full; now that every finished batch is confirmed, look again.
                 parts, slices, received = self._next(self._queue())
+            if not parts and self._available_now:
+                parts, slices, received = self._until_caught_up()
             if not parts:
                 self._caught_up = self._available_now
                 return start
+            self._received += sum(map(len, parts))
             batch = _Batch(self._seq, self._seq + sum(map(len, parts)), parts, slices, received)
             self._batches.append(batch)
             self._seq = batch.end_seq
@@ -273,6 +294,7 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def stop(self) -> None:
         """Close the session; unconfirmed messages go back to the broker for redelivery."""
+        self._stopping.set()  # a latestOffset() waiting for an AvailableNow backlog gives up
         with self._lock:
             connection, self._connection = self._connection, None
             self._batches = []
@@ -283,6 +305,29 @@ class BlazingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             connection[0].stop()  # ... or at once, its queue being closed
         if prefetcher is not None:
             prefetcher.join()
+
+    def _until_caught_up(self) -> _Taken:
+        """An AvailableNow run's next batch after a ``pollTimeout`` of silence: none once the
+        run has caught up with the queue (see :meth:`prepareForTriggerAvailableNow`), else
+        waits on for messages while the broker holds some for this reader."""
+        deadline = time.monotonic() + _UNDELIVERED_PATIENCE
+        while self._backlog is None or self._received < self._backlog:
+            held = _session.held_messages(self._options)
+            if not held or self._stopping.is_set():
+                break
+            if time.monotonic() > deadline:
+                _log.warning(
+                    "blazingmq: %s: the broker holds %d messages but delivered none for %.0f s (another "
+                    "consumer holds them?); ending the AvailableNow run", self._options.queue, held,
+                    _UNDELIVERED_PATIENCE,
+                )
+                break
+            _log.info("blazingmq: %s: nothing delivered in %.2f s while the broker holds %d messages; waiting on",
+                      self._options.queue, self._options.poll_timeout, held)
+            taken = self._next(self._queue())
+            if taken[0]:
+                return taken
+        return [], [], _NEVER
 
     def _row_builder(self) -> RowBuilder:
         if self._rows is None:

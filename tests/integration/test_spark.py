@@ -4,11 +4,13 @@ One SparkSession serves the whole module (see conftest.py); each test uses its o
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, List, Set, Tuple
+from typing import Any, Callable, ContextManager, Iterator, List, Set, Tuple
 
 import pytest
 
@@ -24,10 +26,16 @@ except ImportError as e:  # pyspark is the optional 'spark' extra; CI must have 
         raise
     pytest.skip(f"pyspark>=4 and pyarrow are needed: pip install 'bmq[spark]' ({e})", allow_module_level=True)
 
+try:
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pyspark < 4.2
+    SupportsTriggerAvailableNow = None
+
 import bmq  # noqa: E402
 from bmq.broker import Broker  # noqa: E402
 from bmq.spark import BlazingMQDataSource  # noqa: E402
 from bmq.spark._writer import BlazingMQWriter  # noqa: E402
+from support import until  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -324,16 +332,22 @@ def test_stream_moves_20k_messages_and_loses_none_across_a_failure(
 
 
 def run_available_now(spark: SparkSession, address: str, uri: str, timeout: float,
+                      during: Callable[[], ContextManager[None]] = contextlib.nullcontext,
                       **options: str) -> Tuple[Any, List[bytes]]:
-    """Run a Trigger.AvailableNow query of ``uri`` into a memory table until it ends by itself;
-    the finished query and the ``data`` of every row it wrote."""
+    """Run a Trigger.AvailableNow query of ``uri`` into a memory table until it ends by itself
+    (inside ``during()``, entered once the query started); the finished query and the ``data``
+    of every row it wrote. Skips on pyspark < 4.2, which runs AvailableNow as one unconfirmed
+    batch without telling the source (docs/spark.md)."""
+    if SupportsTriggerAvailableNow is None:
+        pytest.skip("Trigger.AvailableNow needs pyspark>=4.2")
     name = f"available_now_{uuid.uuid4().hex[:8]}"
     reader = spark.readStream.format("blazingmq").option("broker", address).option("queue", uri)
     for key, value in options.items():
         reader = reader.option(key, value)
     query = reader.load().writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
     try:
-        assert query.awaitTermination(timeout=timeout)
+        with during():
+            assert query.awaitTermination(timeout=timeout)
     finally:
         query.stop()
     assert query.exception() is None
@@ -373,6 +387,65 @@ def test_available_now_drains_a_queue_ten_batches_deep(spark: SparkSession, requ
     assert sorted(rows) == sorted(payloads)  # all of them, each once
     # ... and every one confirmed: nothing is left for the next consumer.
     assert drain(target, uri, 0) == []
+
+
+@contextlib.contextmanager
+def cpu_load(processes: int) -> Iterator[None]:
+    """``processes`` busy loops competing for the CPU (the machine a job shares with others)."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+
+
+@contextlib.contextmanager
+def cpu_load_once_consumed(address: str, uri: str, processes: int) -> Iterator[None]:
+    """:func:`cpu_load` from the moment the broker has a consumer of ``uri`` (the load then
+    slows the broker's deliveries, not Spark's start of the query's Python worker, which
+    Spark gives 10 s to connect back)."""
+    with bmq.Admin(address) as admin:
+        assert until(lambda: admin.queue_stats(uri).consumers > 0, timeout=120)
+    with cpu_load(processes):
+        yield
+
+
+def test_available_now_reads_a_whole_backlog_on_a_loaded_machine(spark: SparkSession, bmqbrkr: Any) -> None:
+    # Two busy loops on top of Spark and bmqbrkr, and a pollTimeout far below the broker's
+    # delays under such load (to start delivering, to send the next window after confirms):
+    # silence while the broker holds messages must not end the run.
+    uri = new_queue("available-now-loaded")
+    payloads = [f"l{i}".encode() for i in range(50_000)]
+    post(bmqbrkr, uri, payloads)
+    _, rows = run_available_now(spark, bmqbrkr.address, uri, 240,
+                                during=lambda: cpu_load_once_consumed(bmqbrkr.address, uri, 2),
+                                maxMessagesPerBatch="10000", pollTimeout="0.05")
+    assert sorted(rows) == sorted(payloads)
+    assert drain(bmqbrkr, uri, 0) == []
+
+
+# ---- threads ---------------------------------------------------------------------------------------
+
+
+def test_three_dataframes_written_at_once_from_a_thread_pool(spark: SparkSession, bmqbrkr: Any) -> None:
+    # Spark finds the format through the JVM thread's active session: each pool thread sets it.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bmq.spark import activate
+
+    uris = [new_queue(f"thread{index}") for index in range(3)]
+
+    def write_one(index: int) -> None:
+        frame = spark.range(2_000, numPartitions=2).select(F.format_string(f"t{index}-%d", "id").alias("data"))
+        write(frame, bmqbrkr, uris[index])
+
+    with ThreadPoolExecutor(3, initializer=activate, initargs=(spark,)) as pool:
+        list(pool.map(write_one, range(3)))
+    for index, uri in enumerate(uris):
+        payloads = [message.data for message in drain(bmqbrkr, uri, 2_000)]
+        assert sorted(payloads) == sorted(f"t{index}-{i}".encode() for i in range(2_000))
 
 
 # ---- the example -------------------------------------------------------------------------------

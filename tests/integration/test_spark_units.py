@@ -19,8 +19,6 @@ pytestmark = pytest.mark.spark
 
 try:
     import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
     from pyspark.sql.types import (
         BinaryType,
         ByteType,
@@ -38,6 +36,13 @@ except ImportError as e:  # pyspark is the optional 'spark' extra; CI must have 
     if os.environ.get("CI", "").lower() == "true":
         raise
     pytest.skip(f"pyspark>=4 and pyarrow are needed: pip install 'bmq[spark]' ({e})", allow_module_level=True)
+
+try:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+except ImportError:  # pyspark < 4.2 passes latestOffset() no start and no read limit
+
+    def ReadAllAvailable() -> None:  # type: ignore[misc]  # noqa: N802
+        return None
 
 import bmq  # noqa: E402
 from bmq import _codec  # noqa: E402
@@ -107,12 +112,28 @@ class FakeConsumer:
 
     def __init__(self, messages: List[FakeMessage]):
         self.waiting = list(messages)
+        self.undelivered: List[FakeMessage] = []
         self.unconfirmed: List[FakeMessage] = []
         self.confirmed: List[FakeMessage] = []
         self.closed = False
         self.empty_polls = 0
+        self.held_asked = 0
         self._changed = threading.Condition()
         self._session = self  # MessageBatch.confirm() goes through the queue's session
+
+    def held(self) -> int:
+        """What the broker's admin statistics would count: every message not confirmed yet,
+        delivered (waiting, unconfirmed) or still in the broker (``undelivered``)."""
+        with self._changed:
+            self.held_asked += 1
+            return len(self.waiting) + len(self.unconfirmed) + len(self.undelivered)
+
+    def release(self) -> None:
+        """The broker starts delivering what it held back (its start-up delay ends)."""
+        with self._changed:
+            self.waiting.extend(self.undelivered)
+            self.undelivered = []
+            self._changed.notify_all()
 
     def open(self) -> "FakeConsumer":
         self.closed = False
@@ -166,6 +187,7 @@ class FakeConsumer:
 def consumer(monkeypatch: pytest.MonkeyPatch) -> FakeConsumer:
     fake = FakeConsumer([FakeMessage(i, {"n": i}) for i in range(25)])
     monkeypatch.setattr(_session, "open_consumer", lambda options, max_messages, max_bytes: (fake.open(), fake))
+    monkeypatch.setattr(_session, "held_messages", lambda options: fake.held())
     return fake
 
 
@@ -467,7 +489,7 @@ def test_read_schema_and_typed_property_columns() -> None:
     records = make(FakeBatch([FakeMessage(3, {"n": 3, "raw": b"\x01\x02", "flag": True}), FakeMessage(4)]), now)
     # Exactly the Arrow schema Spark expects of a Python data source with this schema, and
     # buffers that Arrow accepts as valid.
-    assert records.schema.equals(to_arrow_schema(schema, timezone="UTC"))
+    assert records.schema.equals(_schema.arrow_schema(schema))
     records.validate(full=True)
     assert rows_of([records]) == [
         (b"m3", {"n": "3", "raw": "0102", "flag": "true"}, (3).to_bytes(16, "big").hex().upper(), QUEUE, now, 3, None,
@@ -592,8 +614,8 @@ def test_stream_reader_prefetch_waits_for_messages_until_spark_asks(consumer: Fa
 
 
 def test_stream_reader_available_now_stops_at_the_first_read_that_gets_nothing(consumer: FakeConsumer) -> None:
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
-
+    SupportsTriggerAvailableNow = pytest.importorskip("pyspark.sql.streaming.datasource",
+                                                      reason="pyspark>=4.2").SupportsTriggerAvailableNow
     reader = stream_reader(per_batch=10)
     assert isinstance(reader, SupportsTriggerAvailableNow)
     reader.prepareForTriggerAvailableNow()
@@ -614,6 +636,72 @@ def test_stream_reader_available_now_stops_at_the_first_read_that_gets_nothing(c
     assert reader.latestOffset(offset, ReadAllAvailable()) == offset
     assert payloads(consumer.waiting) == [b"m99"]
     reader.stop()
+
+
+def test_stream_reader_available_now_waits_for_a_backlog_the_broker_is_slow_to_deliver(
+        consumer: FakeConsumer) -> None:
+    consumer.undelivered, consumer.waiting = consumer.waiting, []  # the broker has not started yet
+    reader = stream_reader(per_batch=30)
+    reader.prepareForTriggerAvailableNow()
+    # Silence for a few pollTimeouts while the broker holds 25 messages for the reader ...
+    releaser = threading.Thread(target=lambda: (consumer.wait_for_empty_polls(3), consumer.release()))
+    releaser.start()
+    rows, offset = take(reader, reader.initialOffset())
+    releaser.join()
+    assert data(rows) == names(0, 25)  # ... is no end: the backlog came in the run's first batch
+    assert reader.latestOffset(offset, ReadAllAvailable()) == offset  # then the run has caught up
+    assert len(consumer.confirmed) == 25
+    reader.stop()
+
+
+def test_stream_reader_available_now_ends_when_the_broker_holds_nothing_more(consumer: FakeConsumer) -> None:
+    reader = stream_reader(per_batch=30)
+    reader.prepareForTriggerAvailableNow()  # the broker holds 25 ...
+    consumer.confirm_many([consumer.waiting.pop(0) for _ in range(5)])  # ... another consumer takes 5
+    rows, offset = take(reader, reader.initialOffset())
+    assert len(rows) == 20
+    assert reader.latestOffset(offset, ReadAllAvailable()) == offset  # fewer than 25 received, none held
+    assert consumer.held_asked == 2  # when the run started, then once: no waiting on
+    reader.stop()
+
+
+def test_stream_reader_available_now_gives_up_on_messages_it_is_never_delivered(
+        consumer: FakeConsumer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(_stream, "_UNDELIVERED_PATIENCE", 0.5)
+    consumer.undelivered, consumer.waiting = consumer.waiting, []  # held by another consumer, forever
+    reader = stream_reader()
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    with caplog.at_level("WARNING", logger="bmq.spark._stream"):
+        assert reader.latestOffset(start, ReadAllAvailable()) == start
+    assert consumer.empty_polls >= 2
+    assert "the broker holds 25 messages but delivered none" in caplog.text
+    reader.stop()
+
+
+def test_stream_reader_available_now_takes_silence_for_the_end_when_the_broker_cannot_tell(
+        consumer: FakeConsumer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_session, "held_messages", lambda options: None)
+    consumer.undelivered, consumer.waiting = consumer.waiting, []
+    reader = stream_reader()
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    assert consumer.empty_polls == 1
+    reader.stop()
+
+
+def test_held_messages_counts_the_readers_app_and_cannot_tell_for_a_subscription(broker_address: str) -> None:
+    with bmq.Session(broker_address) as session:
+        session.open_queue(QUEUE + "-held", write=True).post_many([b"a", b"b", b"c"])
+    options = StreamOptions.parse({"broker": broker_address, "queue": QUEUE + "-held"})
+    assert _session.held_messages(options) == 3
+    subscribed = StreamOptions.parse({"broker": broker_address, "queue": QUEUE + "-held", "subscription": "x > 1"})
+    assert _session.held_messages(subscribed) is None
+    with bmq.Session(broker_address) as session:
+        queue = session.open_queue(QUEUE + "-held", read=True)
+        session.confirm_many([queue.get(timeout=30) for _ in range(3)])
+    assert _session.held_messages(options) == 0
 
 
 def test_stream_reader_without_available_now_keeps_reading(consumer: FakeConsumer) -> None:
