@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from collections import Counter
 from concurrent.futures import Future
 from typing import Callable, Dict, List
@@ -87,7 +88,11 @@ def join_all(threads: List[threading.Thread]) -> None:
     deadline = time.monotonic() + WAIT
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
-    assert [t.name for t in threads if t.is_alive()] == []
+    stuck = [t for t in threads if t.is_alive()]
+    # Where each stuck thread is: a hang is a bug to find, not only to count.
+    frames = sys._current_frames()
+    assert [t.name for t in stuck] == [], "\n".join(
+        f"{t.name}:\n{''.join(traceback.format_stack(frames[t.ident]))}" for t in stuck if t.ident in frames)
 
 
 def posters(queue: bmq.Queue, run: Run, until: Callable[[], bool]) -> Dict[str, Callable[[], None]]:
