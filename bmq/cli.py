@@ -721,7 +721,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if getattr(args, "compression", None) == "none":
         args.compression = None
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe found by the final flush is handled below, not at exit
+        return status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
