@@ -2,6 +2,7 @@
 threads, file descriptors, latency and throughput over time, and every message accounted for.
 
     python benchmarks/soak.py [--minutes M] [--bmqbrkr] [--json FILE] [--png FILE]
+                              [--diag FILE [--diag-every S] [--tracemalloc FRAMES]]
 
 Against the embedded broker (in its own process) by default, ``--bmqbrkr`` against the real
 broker from ``../shared/bmqbrkr`` (SIGKILLed and restarted on its storage as one of the
@@ -85,6 +86,12 @@ def main() -> int:
     parser.add_argument("--png", metavar="FILE", help="draw the samples over time, faults marked")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between samples (default: %(default)s)")
     parser.add_argument("--fault-every", type=float, default=30.0, help="seconds between faults (default: %(default)s)")
+    parser.add_argument("--diag", metavar="FILE", type=Path,
+                        help="append what grows (RSS by kind, malloc, object counts per type) as JSON lines")
+    parser.add_argument("--diag-every", type=float, default=300.0,
+                        help="seconds between --diag records (default: %(default)s)")
+    parser.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
+                        help="with --diag: trace Python allocations, FRAMES deep (costs CPU and memory)")
     args = parser.parse_args()
     home = None
     if args.bmqbrkr:
@@ -92,7 +99,8 @@ def main() -> int:
         if not (home / "run").exists():
             parser.error(f"--bmqbrkr: {home}/run not found")
     config = SoakConfig(seconds=args.minutes * 60, bmqbrkr_home=home, interval=args.interval,
-                        fault_every=args.fault_every)
+                        fault_every=args.fault_every, diag_path=args.diag, diag_every=args.diag_every,
+                        tracemalloc_frames=args.tracemalloc)
     result = run_soak(config)
     totals = result.totals
     print()

@@ -29,11 +29,14 @@ import ctypes
 import ctypes.util
 import dataclasses
 import functools
+import gc
+import json
 import os
 import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -78,6 +81,12 @@ class SoakConfig:
     fanout_chunk: int = 10
     workdir: Optional[Path] = None  # bmqbrkr's directory and the outbox (default: a temporary one)
     log: Callable[[str], None] = print
+    #: Opt-in: append a JSON line of what grows (see :class:`Diagnostics`) every ``diag_every`` s.
+    diag_path: Optional[Path] = None
+    diag_every: float = 300.0
+    #: With ``diag_path``: trace Python allocations with this many frames (0: off; it costs
+    #: CPU and memory of its own, so the RSS of such a run is not the client's alone).
+    tracemalloc_frames: int = 0
 
 
 # ---- the ledger ---------------------------------------------------------------------------
@@ -610,6 +619,115 @@ def _load_mallinfo2() -> Optional[Callable[[], _Mallinfo2]]:
 _MALLINFO2 = _load_mallinfo2()
 
 
+def mallinfo() -> Dict[str, int]:
+    """glibc's mallinfo2() fields (empty without glibc)."""
+    if _MALLINFO2 is None:
+        return {}
+    info = _MALLINFO2()
+    return {name: getattr(info, name) for name, _ in _Mallinfo2._fields_}
+
+
+def _proc_kb(path: str, keys: Tuple[str, ...]) -> Dict[str, int]:
+    """The ``key: N kB`` lines of ``path`` (a /proc file) named in ``keys``."""
+    out: Dict[str, int] = {}
+    try:
+        with open(path, encoding="ascii") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in keys:
+                    out[key] = int(rest.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+class Diagnostics:
+    """What grows, for finding a leak (opt-in, ``SoakConfig.diag_path``): one JSON line per
+    :meth:`record` with RSS split by kind (``/proc/self/smaps_rollup``), the number of memory
+    mappings, glibc's mallinfo2, Python's allocated blocks, the gc-tracked objects per type
+    that changed since the previous record and since the first, and (with
+    ``tracemalloc_frames``) the allocation sites that grew most since the first record.
+    glibc's per-arena ``malloc_info`` XML is appended to ``<diag_path>.malloc_info.xml``.
+
+    Costs a walk of the gc-tracked objects per record (tens of ms), so records are minutes
+    apart; tracemalloc costs more and is off unless asked for.
+    """
+
+    TOP = 25
+
+    def __init__(self, path: Path, frames: int) -> None:
+        self.path = path
+        self.frames = frames
+        self._first_types: Optional[collections.Counter] = None
+        self._previous_types: Optional[collections.Counter] = None
+        self._first_trace: Optional[tracemalloc.Snapshot] = None
+        if frames:
+            tracemalloc.start(frames)
+        libc_name = ctypes.util.find_library("c")
+        libc = ctypes.CDLL(libc_name) if libc_name else None
+        self._libc = libc if libc is not None and hasattr(libc, "malloc_info") else None
+        if self._libc is not None:
+            self._libc.fopen.restype = ctypes.c_void_p
+            self._libc.fopen.argtypes = (ctypes.c_char_p, ctypes.c_char_p)
+            self._libc.fclose.argtypes = (ctypes.c_void_p,)
+            self._libc.malloc_info.argtypes = (ctypes.c_int, ctypes.c_void_p)
+
+    def record(self, t: float, faults: Sequence[Dict[str, Any]]) -> None:
+        """Append one record, at ``t`` seconds into the run, after ``faults`` so far."""
+        started = time.perf_counter()
+        types = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+        entry: Dict[str, Any] = {
+            "t": round(t, 1), "faults": len(faults), "rss_mb": round(rss_mb(), 2),
+            "smaps_kb": _proc_kb("/proc/self/smaps_rollup", ("Rss", "Anonymous", "Private_Dirty", "Shared_Clean",
+                                                               "Private_Clean")),
+            "mappings": _count_lines("/proc/self/maps"), "threads": thread_count(), "mallinfo": mallinfo(),
+            "python_blocks": sys.getallocatedblocks(), "gc_objects": sum(types.values()),
+            "types_since_previous": _top_changes(types, self._previous_types, self.TOP),
+            "types_since_first": _top_changes(types, self._first_types, self.TOP),
+        }
+        self._previous_types = types
+        if self._first_types is None:
+            self._first_types = types
+        if self.frames:
+            snapshot = tracemalloc.take_snapshot().filter_traces(
+                (tracemalloc.Filter(False, tracemalloc.__file__),))
+            entry["tracemalloc_mb"] = round(tracemalloc.get_traced_memory()[0] / 2**20, 2)
+            if self._first_trace is None:
+                self._first_trace = snapshot
+            else:
+                entry["tracemalloc_since_first"] = [
+                    {"kb": round(d.size_diff / 1024, 1), "count": d.count_diff,
+                     "where": [f"{f.filename}:{f.lineno}" for f in d.traceback]}
+                    for d in snapshot.compare_to(self._first_trace, "traceback")[:self.TOP]]
+        entry["cost_s"] = round(time.perf_counter() - started, 3)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry) + "\n")
+        if self._libc is not None:
+            fp = self._libc.fopen(f"{self.path}.malloc_info.xml".encode(), b"a")
+            if fp:
+                self._libc.malloc_info(0, fp)
+                self._libc.fclose(fp)
+
+    def close(self) -> None:
+        """Stop tracing (when this started it)."""
+        if self.frames and tracemalloc.is_tracing():
+            tracemalloc.stop()
+
+
+def _count_lines(path: str) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
+
+def _top_changes(now: collections.Counter, before: Optional[collections.Counter], top: int) -> Dict[str, int]:
+    """The ``top`` largest changes in count per key from ``before`` to ``now``."""
+    if before is None:
+        return {}
+    diff = collections.Counter(now)
+    diff.subtract(before)
+    return dict(sorted(((k, v) for k, v in diff.items() if v), key=lambda kv: -abs(kv[1]))[:top])
+
+
 def malloc_mb() -> Tuple[Optional[float], Optional[float]]:
     """glibc malloc's (in use, free but kept) MB over all arenas, mmapped chunks counted in use;
     (None, None) without glibc. RSS growing with these flat is fragmentation or mappings, not
@@ -677,6 +795,7 @@ class _Soak:
         self._lock = threading.Lock()
         self.errors: List[Tuple[float, str, str]] = []  # (time, where, what)
         self.event_counts: Dict[str, int] = {}
+        self.faults: List[Dict[str, Any]] = []  # appended by the fault injector as they happen
 
     def error(self, where: str, exc: BaseException) -> None:
         """Record ``exc``, raised in ``where``, with its time (judged against the faults)."""
@@ -703,6 +822,9 @@ class _Sampler:
         self._previous_t = 0.0
         self._previous_counts = soak.ledger.counts()
         self._thread = threading.Thread(target=self._loop, name="soak-sampler", daemon=True)
+        config = soak.config
+        self._diagnostics = Diagnostics(config.diag_path, config.tracemalloc_frames) if config.diag_path else None
+        self._next_diag = 0.0
 
     def start(self) -> None:
         """Start sampling every ``config.interval`` seconds."""
@@ -714,13 +836,24 @@ class _Sampler:
             self._thread.join(WAIT_TIMEOUT)
             if self._thread.is_alive():
                 self.soak.error("sampler", TimeoutError(f"still sampling after {WAIT_TIMEOUT} s"))
+        if self._diagnostics is not None:
+            self._diagnostics.close()
 
     def _loop(self) -> None:
         while not self.soak.stopping.wait(self.soak.config.interval):  # the cadence: time passing is the point
             try:
                 self.sample()
+                self._diagnose()
             except Exception as exc:  # noqa: BLE001 - a sampling failure is an error to report
                 self.soak.error("sampler", exc)
+
+    def _diagnose(self) -> None:
+        """A diagnostics record when one is due (never before the warm-up ends)."""
+        now = time.monotonic() - self.soak.t0
+        if self._diagnostics is None or now < max(self._next_diag, self.soak.config.warmup):
+            return
+        self._diagnostics.record(now, self.soak.faults)
+        self._next_diag = now + self.soak.config.diag_every
 
     def sample(self) -> None:
         """Append one sample: rates since the previous one and the state now."""
@@ -818,7 +951,7 @@ def _inject_faults(config: SoakConfig, host: FaultHost, real: Any, soak: _Soak, 
                    ) -> List[Dict[str, Any]]:
     """Inject the faults in turn, from ``config.first_fault`` every ``config.fault_every``
     seconds, until ``config.seconds``; return each one's kind, start, end and detail."""
-    faults: List[Dict[str, Any]] = []
+    faults = soak.faults
     kinds = _fault_kinds(real is not None)
     next_fault = config.first_fault
     while True:
