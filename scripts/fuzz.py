@@ -1,6 +1,6 @@
 """Coverage-guided fuzzing of every bmq entry point that takes outside bytes.
 
-    python scripts/fuzz.py [--target NAME|all] [--seconds N] [--json FILE] [--jobs J]
+    python scripts/fuzz.py [--target NAME|all] [--seconds N] [--json FILE] [--jobs J] [--runs N]
     python scripts/fuzz.py --seed        # rebuild the kept corpus from ../shared/protocol
     python scripts/fuzz.py --list
 
@@ -107,8 +107,10 @@ def _env(runtime: Path) -> Dict[str, str]:
                 PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
 
-def fuzz_target(name: str, seconds: float, codec_path: Path, runtime: Path, max_len: int = 4096) -> Dict[str, Any]:
-    """Fuzz ``name`` for ``seconds``; its figures (and the artifact of a crash or hang)."""
+def fuzz_target(name: str, seconds: float, codec_path: Path, runtime: Path, runs: int = 0,
+                max_len: int = 4096) -> Dict[str, Any]:
+    """Fuzz ``name`` for ``seconds`` (or ``runs`` executions, when fewer and not 0); its
+    figures (and the artifact of a crash or hang)."""
     work = BUILD / "corpus" / name
     artifacts = BUILD / "artifacts" / name
     work.mkdir(parents=True, exist_ok=True)
@@ -117,6 +119,8 @@ def fuzz_target(name: str, seconds: float, codec_path: Path, runtime: Path, max_
     command = [sys.executable, str(FUZZ_DIR / "fuzz_main.py"), name, str(codec_path),
                f"-max_total_time={max(1, int(seconds))}", f"-timeout={HANG_SECONDS}", f"-max_len={max_len}",
                "-print_final_stats=1", "-rss_limit_mb=2048", f"-artifact_prefix={artifacts}/", str(work)]
+    if runs:
+        command.insert(-1, f"-runs={runs}")
     if kept.is_dir():
         command.append(str(kept))
     log_path = BUILD / f"{name}.log"
@@ -146,9 +150,10 @@ def fuzz_target(name: str, seconds: float, codec_path: Path, runtime: Path, max_
     }
 
 
-def leak_check(name: str, rounds: int = 6) -> Dict[str, Any]:
+def leak_check(name: str, rounds: int = 10) -> Dict[str, Any]:
     """Replay the target's inputs (kept corpus and this run's) ``rounds`` times in a plain
-    interpreter; a leak is memory still growing between the later rounds."""
+    interpreter; a leak is memory still growing over the last ``rounds // 2`` rounds (before
+    then, caches and free lists fill: they level off, a leak does not)."""
     probe = (
         "import sys, gc, ctypes; sys.path.insert(0, sys.argv[1]); import targets\n"
         "from pathlib import Path\n"
@@ -161,7 +166,8 @@ def leak_check(name: str, rounds: int = 6) -> Dict[str, Any]:
         "def used():\n gc.collect(); m = libc.mallinfo2(); return sys.getallocatedblocks(), m.uordblks + m.hblkhd\n"
         f"marks = []\nfor _ in range({rounds}):\n"
         "    for d in data:\n        try: run(d)\n        except Exception: pass\n    marks.append(used())\n"
-        "print(len(data), marks[1][0], marks[-1][0], marks[1][1], marks[-1][1])\n"
+        f"half = marks[{rounds // 2 - 1}]\n"
+        "print(len(data), half[0], marks[-1][0], half[1], marks[-1][1])\n"
     )
     dirs = [str(FUZZ_DIR / "corpus" / name), str(BUILD / "corpus" / name)]
     done = subprocess.run([sys.executable, "-c", probe, str(FUZZ_DIR), name, *dirs], capture_output=True,
@@ -170,8 +176,8 @@ def leak_check(name: str, rounds: int = 6) -> Dict[str, Any]:
         return {"leaks": 0, "leak_check": f"replay failed: {done.stderr.strip().splitlines()[-1:]}"}
     inputs, blocks_before, blocks_after, bytes_before, bytes_after = map(int, done.stdout.split())
     # Growth per replay of the whole set, beyond noise (a few cached objects, free lists).
-    per_round_blocks = (blocks_after - blocks_before) / (rounds - 2)
-    per_round_bytes = (bytes_after - bytes_before) / (rounds - 2)
+    per_round_blocks = (blocks_after - blocks_before) / (rounds - rounds // 2)
+    per_round_bytes = (bytes_after - bytes_before) / (rounds - rounds // 2)
     leaking = per_round_blocks > max(50, inputs / 10) or per_round_bytes > max(64 * 1024, inputs * 64)
     return {"leaks": int(leaking), "leak_check": f"{inputs} inputs x {rounds}: {per_round_blocks:+.0f} blocks, "
                                                  f"{per_round_bytes / 1024:+.1f} KB per replay"}
@@ -210,9 +216,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     from targets import TARGETS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default="all", help="a target name, or all (default)")
+    parser.add_argument("--target", default="all", help="a target name, several joined by commas, or all (default)")
     parser.add_argument("--seconds", type=float, default=60.0, help="per target (default: %(default)s)")
     parser.add_argument("--json", metavar="FILE", help='write {"targets": {name: {"execs", "crashes", "hangs", ...}}}')
+    parser.add_argument("--runs", type=int, default=0,
+                        help="stop a target after this many executions if before --seconds (default: no limit)")
     parser.add_argument("--jobs", type=int, default=1, help="targets fuzzed at once (default: %(default)s)")
     parser.add_argument("--no-leak-check", action="store_true", help="skip the replay that looks for leaks")
     parser.add_argument("--seed", action="store_true", help="rebuild the kept corpus from ../shared/protocol")
@@ -222,7 +230,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for name, target in TARGETS.items():
             print(f"{name:16} {target.what}")
         return 0
-    names = list(TARGETS) if args.target == "all" else [args.target]
+    names = list(TARGETS) if args.target == "all" else args.target.split(",")
     unknown = [n for n in names if n not in TARGETS]
     if unknown:
         parser.error(f"unknown target {unknown[0]!r}: one of {', '.join(TARGETS)} or all")
@@ -237,7 +245,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
 
     def one(name: str) -> Dict[str, Any]:
-        result = fuzz_target(name, args.seconds, codec_path, runtime)
+        result = fuzz_target(name, args.seconds, codec_path, runtime, args.runs)
         if not args.no_leak_check:
             result.update(leak_check(name))
         return result

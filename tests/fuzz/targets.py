@@ -396,10 +396,21 @@ CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 CRASHES_DIR = Path(__file__).resolve().parent / "crashes"
 
 
-def corpus_files(name: str) -> List[Path]:
-    """The kept corpus and the past crashes of target ``name``."""
-    return sorted(p for d in (CORPUS_DIR / name, CRASHES_DIR / name) if d.is_dir() for p in d.iterdir()
-                  if p.is_file())
+#: Crashes found whose fix is outside this suite's reach (``crashes/<target>/<file>`` -> what
+#: is wrong and where the fix goes): replayed by a strict xfail test until fixed, then removed here.
+OPEN_FINDINGS: Dict[str, str] = {
+    "broker_address/empty-host-in-brackets": "parse_broker_address('[:314') returns host '' (the brackets "
+                                             "stripped after the emptiness check): bmq/_transport.py",
+}
+
+
+def corpus_files(name: str, open_findings: bool = False) -> List[Path]:
+    """The kept corpus and the fixed past crashes of target ``name``; with ``open_findings``,
+    its crashes listed in OPEN_FINDINGS instead."""
+    paths = sorted(p for d in (CORPUS_DIR / name, CRASHES_DIR / name) if d.is_dir() for p in d.iterdir()
+                   if p.is_file())
+    return [p for p in paths if (f"{name}/{p.name}" in OPEN_FINDINGS and p.parent.parent == CRASHES_DIR)
+            == open_findings]
 
 
 def replay(name: str, paths: Optional[List[Path]] = None) -> int:
