@@ -213,7 +213,7 @@ def seed(codec_path: Path, runtime: Path, names: List[str]) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from targets import TARGETS
+    from targets import OPEN_FINDINGS, TARGETS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="all", help="a target name, several joined by commas, or all (default)")
@@ -230,7 +230,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         for name, target in TARGETS.items():
             print(f"{name:16} {target.what}")
         return 0
-    names = list(TARGETS) if args.target == "all" else args.target.split(",")
+    # "all" leaves out a target with an open finding (it would stop at that crash at once);
+    # named explicitly, it runs.
+    held = {finding.split("/")[0]: why for finding, why in OPEN_FINDINGS.items()}
+    names = [n for n in TARGETS if n not in held] if args.target == "all" else args.target.split(",")
+    if args.target == "all":
+        for name, why in held.items():
+            print(f"[fuzz] {name}: left out, open finding: {why}")
     unknown = [n for n in names if n not in TARGETS]
     if unknown:
         parser.error(f"unknown target {unknown[0]!r}: one of {', '.join(TARGETS)} or all")
