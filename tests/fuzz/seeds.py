@@ -121,4 +121,5 @@ def seeds(shared: Path) -> Dict[str, List[bytes]]:
         "outbox": outbox_raw,
         "broker_session": [bytes([cut]) + stream for direction, stream in streams if direction == "c2b"
                            for cut in (0, 128)],
+        "client_session": [stream for direction, stream in streams if direction == "b2c"],
     }

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import socket
 import tempfile
+import threading
 import zlib
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -368,6 +369,71 @@ def broker_session(data: bytes) -> None:
         theirs.close()
 
 
+# ---- the client ---------------------------------------------------------------------------
+
+
+class _FakeBroker:
+    """A listening socket that answers each connection with given bytes, then closes it."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"tcp://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def serve(self, stream: bytes) -> threading.Thread:
+        """Accept one connection on a thread, send ``stream``, then read until the client leaves."""
+
+        def run() -> None:
+            self.listener.settimeout(2.0)
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:  # the client gave up before connecting: nothing to serve
+                return
+            with conn:
+                conn.settimeout(2.0)
+                try:
+                    conn.sendall(stream)
+                    while conn.recv(1 << 16):
+                        pass
+                except OSError:
+                    pass
+
+        thread = threading.Thread(target=run, name="fuzz-fake-broker", daemon=True)
+        thread.start()
+        return thread
+
+
+_FAKE_BROKER: List[_FakeBroker] = []
+
+
+def client_session(data: bytes) -> None:
+    """A bmq session reading a hostile broker's bytes from the first: negotiation, then an
+    open queue (read and write) answered by whatever follows, a post and a stop. Every
+    failure must be a bmq error; the timeouts are short, so an input over a second is a hang."""
+    import bmq
+
+    if not _FAKE_BROKER:
+        _FAKE_BROKER.append(_FakeBroker())
+    broker = _FAKE_BROKER[0]
+    server = broker.serve(data)
+    options = bmq.SessionOptions(connect_timeout=0.2, open_queue_timeout=0.2, close_queue_timeout=0.1,
+                                 configure_queue_timeout=0.1, disconnect_timeout=0.1, ack_timeout=0.1,
+                                 reconnect=bmq.ReconnectPolicy(enabled=False))
+    try:
+        session = bmq.Session(broker.address, options)
+    except bmq.Error:
+        server.join()
+        return
+    try:
+        queue = session.open_queue("bmq://bmq.test.mem.priority/fuzz", read=True, write=True)
+        queue.post_async(b"fuzz")
+        queue.get(timeout=0)
+    except bmq.Error:
+        pass
+    finally:
+        session.stop()
+        server.join()
+
+
 TARGETS: Dict[str, Target] = {
     "event_header": Target(event_header, "EventHeader check (every event; heartbeats)"),
     "frame_reader": Target(frame_reader, "FrameReader: a byte stream into events"),
@@ -389,6 +455,7 @@ TARGETS: Dict[str, Target] = {
     "broker_address": Target(broker_address, "broker addresses"),
     "outbox": Target(outbox, "the outbox's on-disk records"),
     "broker_session": Target(broker_session, "embedded broker: a client's bytes from the first"),
+    "client_session": Target(client_session, "a session: a broker's bytes from the first"),
 }
 
 #: The directory of each target's kept corpus (small, minimized) and past crashes.
