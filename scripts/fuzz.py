@@ -123,7 +123,8 @@ def fuzz_target(name: str, seconds: float, codec_path: Path, runtime: Path, runs
         command.insert(-1, f"-runs={runs}")
     if kept.is_dir():
         command.append(str(kept))
-    log_path = BUILD / f"{name}.log"
+    log_path = BUILD / "logs" / f"{name}.{os.getpid()}.log"  # per run: two runs at once keep their own
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with open(log_path, "w", encoding="utf-8", errors="replace") as out:
         # The grace beyond --seconds: loading the corpus, and a slow input's one second.
