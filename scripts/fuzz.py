@@ -135,11 +135,11 @@ def fuzz_target(name: str, seconds: float, codec_path: Path, runtime: Path, runs
             rc = -1
     text = log_path.read_text(encoding="utf-8", errors="replace")
     statuses = _STATUS.findall(text)
-    execs = _EXECS.search(text)
+    execs = (_EXECS.findall(text) or [None])[-1]
     hang = "ERROR: libFuzzer: timeout" in text or rc == -1
     artifact = _ARTIFACT.search(text)
     return {
-        "execs": int(execs.group(1)) if execs else (int(statuses[-1][0]) if statuses else 0),
+        "execs": int(execs) if execs else (int(statuses[-1][0]) if statuses else 0),
         "cov": int(statuses[-1][1]) if statuses else 0,
         "ft": int(statuses[-1][2]) if statuses else 0,
         "crashes": int(rc != 0 and not hang),
