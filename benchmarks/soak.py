@@ -2,7 +2,7 @@
 threads, file descriptors, latency and throughput over time, and every message accounted for.
 
     python benchmarks/soak.py [--minutes M] [--bmqbrkr] [--json FILE] [--png FILE]
-                              [--diag FILE [--diag-every S] [--tracemalloc FRAMES]]
+                              [--diag FILE [--diag-every S] [--tracemalloc FRAMES]] [--malloc-trim]
 
 Against the embedded broker (in its own process) by default, ``--bmqbrkr`` against the real
 broker from ``../shared/bmqbrkr`` (SIGKILLed and restarted on its storage as one of the
@@ -92,6 +92,8 @@ def main() -> int:
                         help="seconds between --diag records (default: %(default)s)")
     parser.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
                         help="with --diag: trace Python allocations, FRAMES deep (costs CPU and memory)")
+    parser.add_argument("--malloc-trim", action="store_true",
+                        help="diagnostic: glibc malloc_trim(0) after every fault (RSS then shows what is live)")
     args = parser.parse_args()
     home = None
     if args.bmqbrkr:
@@ -100,7 +102,7 @@ def main() -> int:
             parser.error(f"--bmqbrkr: {home}/run not found")
     config = SoakConfig(seconds=args.minutes * 60, bmqbrkr_home=home, interval=args.interval,
                         fault_every=args.fault_every, diag_path=args.diag, diag_every=args.diag_every,
-                        tracemalloc_frames=args.tracemalloc)
+                        tracemalloc_frames=args.tracemalloc, malloc_trim=args.malloc_trim)
     result = run_soak(config)
     totals = result.totals
     print()

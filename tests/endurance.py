@@ -93,6 +93,9 @@ class SoakConfig:
     #: With ``diag_path``: trace Python allocations with this many frames (0: off; it costs
     #: CPU and memory of its own, so the RSS of such a run is not the client's alone).
     tracemalloc_frames: int = 0
+    #: A diagnostic: glibc's malloc_trim(0) after every fault, giving the allocator's free
+    #: pages back, so that RSS shows what is live rather than what the allocator keeps.
+    malloc_trim: bool = False
 
 
 # ---- the ledger ---------------------------------------------------------------------------
@@ -658,6 +661,17 @@ def _load_mallinfo2() -> Optional[Callable[[], _Mallinfo2]]:
 _MALLINFO2 = _load_mallinfo2()
 
 
+def malloc_trim() -> bool:
+    """glibc's ``malloc_trim(0)``: give every arena's free pages back to the system; False
+    without glibc."""
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
 def mallinfo() -> Dict[str, int]:
     """glibc's mallinfo2() fields (empty without glibc)."""
     if _MALLINFO2 is None:
@@ -1027,6 +1041,8 @@ def _inject_faults(config: SoakConfig, host: FaultHost, real: Any, soak: _Soak, 
         faults.append({"kind": kind, "start": round(start - soak.t0, 2), "end": round(time.monotonic() - soak.t0, 2),
                        "detail": detail})
         config.log(f"  t={start - soak.t0:6.1f}s fault {kind}: {detail}")
+        if config.malloc_trim:
+            malloc_trim()
         next_fault += config.fault_every
 
 
