@@ -1154,6 +1154,9 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
     ledger_growth = (last["ledger_mb"] - warm["ledger_mb"]) if warm and last else 0.0
     samples_growth = (last.get("samples_mb", 0) - warm.get("samples_mb", 0)) if warm and last else 0.0
     rss_max_after = max((s["rss_mb"] for s in samples if warm and s["t"] >= warm["t"]), default=0.0)
+    # The slope over the second half of the run (its last hour at most): what still grows
+    # once start-up and the allocator's filling are behind.
+    late = slopes(samples, min(3600.0, (samples[-1]["t"] if samples else 0.0) / 2))
     quiet_stalls = _stalled_intervals([s for s in samples if s["t"] <= producing_until], faults, config, ledger)
     checks = [
         Check("every acknowledged message delivered", delivered and missing_total == 0,
@@ -1166,7 +1169,8 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
               rss_growth <= RSS_GROWTH_LIMIT_MB,
               f"{warm['rss_mb'] if warm else 0:.1f} MB -> {last['rss_mb'] if last else 0:.1f} MB "
               f"(+{rss_growth:.1f}, max {rss_max_after:.1f}; of it the soak's own ledger +{ledger_growth:.1f} "
-              f"and samples +{samples_growth:.1f})"),
+              f"and samples +{samples_growth:.1f}); over the last {late.get('minutes', 0):g} min "
+              f"{late.get('rss_mb', 0):+.3f} MB/min, {late.get('beyond_own', 0):+.3f} beyond the soak's own"),
         Check("threads back to baseline", end["threads"] <= baseline["threads"],
               f"baseline {baseline['threads']}, after closing {end['threads']}"),
         Check("file descriptors back to baseline", end["fds"] <= baseline["fds"],
@@ -1183,8 +1187,30 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
     totals = {"streams": per_stream, "duplicates": len(ledger.duplicates), "duplicates_by_fault": dup_by_fault,
               "errors": [(round(t - t0, 2), w, e) for t, w, e in soak.errors[:200]], "errors_by_fault": errors_by_fault,
               "events": soak.event_counts, "baseline": baseline, "end": end, "drain_seconds": round(drain_seconds, 2),
-              "rss_warm_mb": warm["rss_mb"] if warm else None, "rss_end_mb": last["rss_mb"] if last else None}
+              "rss_warm_mb": warm["rss_mb"] if warm else None, "rss_end_mb": last["rss_mb"] if last else None,
+              "late_slopes_mb_per_min": late}
     return SoakResult("bmqbrkr" if real else "embedded", config.seconds, samples, faults, totals, checks)
+
+
+def slopes(samples: List[Dict[str, Any]], window: float) -> Dict[str, float]:
+    """MB per minute (least squares) of RSS, glibc's in-use and free-but-kept bytes, and the
+    soak's own ledger and samples, over the samples of the last ``window`` seconds; ``beyond_own``
+    is the RSS slope less the ledger's and the samples'."""
+    if not samples:
+        return {}
+    chosen = [s for s in samples if s["t"] >= samples[-1]["t"] - window]
+    out: Dict[str, float] = {}
+    for key in ("rss_mb", "malloc_in_use_mb", "malloc_free_mb", "ledger_mb", "samples_mb"):
+        points = [(s["t"] / 60.0, s[key]) for s in chosen if s.get(key) is not None]
+        if len(points) < 2:
+            continue
+        mean_t = sum(t for t, _ in points) / len(points)
+        mean_v = sum(v for _, v in points) / len(points)
+        spread = sum((t - mean_t) ** 2 for t, _ in points)
+        out[key] = round(sum((t - mean_t) * (v - mean_v) for t, v in points) / spread, 4) if spread else 0.0
+    out["beyond_own"] = round(out.get("rss_mb", 0.0) - out.get("ledger_mb", 0.0) - out.get("samples_mb", 0.0), 4)
+    out["minutes"] = round((chosen[-1]["t"] - chosen[0]["t"]) / 60.0, 1)
+    return out
 
 
 def _stalled_intervals(samples: List[Dict[str, Any]], faults: List[Dict[str, Any]], config: SoakConfig,
