@@ -1,7 +1,7 @@
 """Coverage-guided fuzzing of every bmq entry point that takes outside bytes.
 
     python scripts/fuzz.py [--target NAME|all] [--seconds N] [--json FILE] [--jobs J] [--runs N]
-    python scripts/fuzz.py --seed        # rebuild the kept corpus from ../shared/protocol
+    python scripts/fuzz.py --seed        # rebuild the kept corpus (seeds from ../shared/protocol + finds)
     python scripts/fuzz.py --list
 
 Builds what it needs: the codec extension with AddressSanitizer and UndefinedBehaviorSanitizer
@@ -185,7 +185,8 @@ def leak_check(name: str, rounds: int = 10) -> Dict[str, Any]:
 
 
 def seed(codec_path: Path, runtime: Path, names: List[str]) -> None:
-    """Rebuild ``tests/fuzz/corpus/<name>/`` from the seeds, minimized by libFuzzer's merge."""
+    """Rebuild ``tests/fuzz/corpus/<name>/`` from the seeds, the kept corpus and what fuzzing
+    found so far, minimized by libFuzzer's merge."""
     import seeds as seed_module
 
     if not SHARED.is_dir():
@@ -196,7 +197,9 @@ def seed(codec_path: Path, runtime: Path, names: List[str]) -> None:
         with tempfile.TemporaryDirectory(prefix=f"bmq-seed-{name}-") as tmp:
             for i, data in enumerate(every.get(name, [])):
                 (Path(tmp) / f"seed-{i:03d}").write_bytes(data)
-            previous = [kept] if kept.is_dir() else []
+            # What earlier fuzzing found (build/fuzz/corpus) joins the merge too: the kept
+            # corpus takes the inputs that add coverage.
+            previous = [d for d in (kept, BUILD / "corpus" / name) if d.is_dir()]
             merged = Path(tmp) / "merged"
             merged.mkdir()
             command = [sys.executable, str(FUZZ_DIR / "fuzz_main.py"), name, str(codec_path), "-merge=1",
