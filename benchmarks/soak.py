@@ -3,6 +3,7 @@ threads, file descriptors, latency and throughput over time, and every message a
 
     python benchmarks/soak.py [--minutes M] [--bmqbrkr] [--json FILE] [--png FILE]
                               [--diag FILE [--diag-every S] [--tracemalloc FRAMES]] [--malloc-trim]
+    python benchmarks/soak.py --analyse FILE.json   # memory slopes per stretch, RSS per fault kind
 
 Against the embedded broker (in its own process) by default, ``--bmqbrkr`` against the real
 broker from ``../shared/bmqbrkr`` (SIGKILLed and restarted on its storage as one of the
@@ -21,7 +22,7 @@ from typing import Any, Dict, List
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from _report import default_bmqbrkr_home, machine_info, make_parser  # noqa: E402
-from endurance import SoakConfig, SoakResult, run_soak  # noqa: E402
+from endurance import SoakConfig, SoakResult, run_soak, slopes  # noqa: E402
 
 
 def plot(result: SoakResult, path: str) -> bool:
@@ -79,6 +80,37 @@ def plot(result: SoakResult, path: str) -> bool:
     return True
 
 
+def analyse(path: str, stretch: float = 1800.0) -> None:
+    """Print a run's memory slopes (MB/min) per ``stretch`` seconds and over its last hour, and
+    the RSS change across each kind of fault against the quiet stretches between faults."""
+    with open(path, encoding="utf-8") as f:
+        run = json.load(f)
+    samples, faults = run["samples"], run["faults"]
+    keys = ("rss_mb", "malloc_in_use_mb", "malloc_free_mb", "ledger_mb", "samples_mb", "beyond_own")
+    print(f"{'stretch (min)':>14} " + " ".join(f"{k:>16}" for k in keys))
+    end = samples[-1]["t"]
+    starts = [t for t in range(0, int(end), int(stretch))]
+    for start in starts:
+        part = [s for s in samples if start <= s["t"] <= start + stretch]
+        late = slopes(part, stretch)
+        print(f"{start / 60:>6.0f}-{min(end, start + stretch) / 60:<7.0f} " + " ".join(
+            f"{late.get(k, float('nan')):>+16.3f}" for k in keys))
+    last = slopes(samples, 3600.0)
+    print(f"{'last hour':>14} " + " ".join(f"{last.get(k, float('nan')):>+16.3f}" for k in keys))
+
+    def at(t: float) -> Dict[str, Any]:
+        return min(samples, key=lambda s: abs(s["t"] - t))
+
+    deltas: Dict[str, List[float]] = {}
+    for fault in faults:  # from just before it to when its reconnects are over
+        deltas.setdefault(fault["kind"], []).append(at(fault["end"] + 12)["rss_mb"] - at(fault["start"] - 2)["rss_mb"])
+    for before, after in zip(faults, faults[1:]):
+        deltas.setdefault("quiet", []).append(at(after["start"] - 2)["rss_mb"] - at(before["end"] + 12)["rss_mb"])
+    for kind, values in deltas.items():
+        print(f"RSS across {kind:>8}: n={len(values):3} mean {sum(values) / len(values):+.3f} MB, "
+              f"total {sum(values):+.2f} MB")
+
+
 def main() -> int:
     parser = make_parser(__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="how long (default: %(default)s)")
@@ -94,7 +126,11 @@ def main() -> int:
                         help="with --diag: trace Python allocations, FRAMES deep (costs CPU and memory)")
     parser.add_argument("--malloc-trim", action="store_true",
                         help="diagnostic: glibc malloc_trim(0) after every fault (RSS then shows what is live)")
+    parser.add_argument("--analyse", metavar="FILE", help="analyse the JSON of an earlier run instead of running")
     args = parser.parse_args()
+    if args.analyse:
+        analyse(args.analyse)
+        return 0
     home = None
     if args.bmqbrkr:
         home = default_bmqbrkr_home()
