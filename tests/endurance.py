@@ -385,10 +385,25 @@ class _Role:
         self.drain()
 
     def reopen(self) -> None:
-        """Close the session between units of work and open a new one."""
+        """Close the session between units of work and open a new one, trying again while the
+        broker refuses it (a bmqbrkr still recovering its storage after a crash closes new
+        connections during negotiation); each refusal is an error, judged against the faults.
+
+        Raises:
+            bmq.Error: the broker still refused a new session after WAIT_TIMEOUT.
+        """
         self.pause()
         self.close_session()
-        self.open()
+        deadline = time.monotonic() + WAIT_TIMEOUT
+        while True:
+            try:
+                self.open()
+                break
+            except bmq.Error as exc:
+                self.soak.error(f"{self.name} reopen", exc)
+                if time.monotonic() > deadline:
+                    raise
+                self.stopping.wait(0.5)  # before asking the broker again
         self._gate.open()
 
     def close_session(self) -> None:
