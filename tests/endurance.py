@@ -401,6 +401,7 @@ class _Role:
                 break
             except bmq.Error as exc:
                 self.soak.error(f"{self.name} reopen", exc)
+                self.close_session()  # a session whose queue did not open
                 if time.monotonic() > deadline:
                     raise
                 self.stopping.wait(0.5)  # before asking the broker again
