@@ -13,9 +13,9 @@ install, with Debian's clang (``clang-14``, or ``$CC``). Then runs each target o
 
 Prints per target: executions, coverage (libFuzzer's ``cov``: instrumented edges, C and
 Python), crashes (an exception the entry point does not document, a failed check, a
-sanitizer report), hangs (an input over 1 s) and leaks (memory still growing when the
-target's corpus is replayed over and over, measured in a plain interpreter, as Python's own
-allocations make LeakSanitizer useless here). A crashing input is kept in
+sanitizer report), hangs (an input over 1 s) and leaks (memory that keeps growing while the
+target's inputs are replayed over and over, in a plain interpreter: Python's own allocations
+make LeakSanitizer useless here). A crashing input is kept in
 ``build/fuzz/artifacts/<target>/``: copy it into ``tests/fuzz/crashes/<target>/`` with the
 fix, and ``tests/fuzz/test_corpus.py`` replays it in every test run.
 
@@ -151,10 +151,11 @@ def fuzz_target(name: str, seconds: float, codec_path: Path, runtime: Path, runs
     }
 
 
-def leak_check(name: str, rounds: int = 10) -> Dict[str, Any]:
+def leak_check(name: str, rounds: int = 12) -> Dict[str, Any]:
     """Replay the target's inputs (kept corpus and this run's) ``rounds`` times in a plain
-    interpreter; a leak is memory still growing over the last ``rounds // 2`` rounds (before
-    then, caches and free lists fill: they level off, a leak does not)."""
+    interpreter and look at Python's allocated blocks and glibc's bytes in use after each.
+    A leak grows in both of the last two thirds of the rounds; caches and free lists fill
+    early, and a pool that grows once (a step) does not grow in both."""
     probe = (
         "import sys, gc, ctypes; sys.path.insert(0, sys.argv[1]); import targets\n"
         "from pathlib import Path\n"
@@ -167,21 +168,20 @@ def leak_check(name: str, rounds: int = 10) -> Dict[str, Any]:
         "def used():\n gc.collect(); m = libc.mallinfo2(); return sys.getallocatedblocks(), m.uordblks + m.hblkhd\n"
         f"marks = []\nfor _ in range({rounds}):\n"
         "    for d in data:\n        try: run(d)\n        except Exception: pass\n    marks.append(used())\n"
-        f"half = marks[{rounds // 2 - 1}]\n"
-        "print(len(data), half[0], marks[-1][0], half[1], marks[-1][1])\n"
+        "print(len(data), *(v for i in (len(marks) // 3, 2 * len(marks) // 3, -1) for v in marks[i]))\n"
     )
     dirs = [str(FUZZ_DIR / "corpus" / name), str(BUILD / "corpus" / name)]
     done = subprocess.run([sys.executable, "-c", probe, str(FUZZ_DIR), name, *dirs], capture_output=True,
                           text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     if done.returncode:
         return {"leaks": 0, "leak_check": f"replay failed: {done.stderr.strip().splitlines()[-1:]}"}
-    inputs, blocks_before, blocks_after, bytes_before, bytes_after = map(int, done.stdout.split())
-    # Growth per replay of the whole set, beyond noise (a few cached objects, free lists).
-    per_round_blocks = (blocks_after - blocks_before) / (rounds - rounds // 2)
-    per_round_bytes = (bytes_after - bytes_before) / (rounds - rounds // 2)
-    leaking = per_round_blocks > max(50, inputs / 10) or per_round_bytes > max(64 * 1024, inputs * 64)
-    return {"leaks": int(leaking), "leak_check": f"{inputs} inputs x {rounds}: {per_round_blocks:+.0f} blocks, "
-                                                 f"{per_round_bytes / 1024:+.1f} KB per replay"}
+    inputs, b1, m1, b2, m2, b3, m3 = map(int, done.stdout.split())
+    third = rounds - 2 * (rounds // 3)  # rounds per third, about
+    block_limit, byte_limit = max(50, inputs / 10) * third, max(64 * 1024, inputs * 64) * third
+    leaking = (b2 - b1 > block_limit and b3 - b2 > block_limit) or (m2 - m1 > byte_limit and m3 - m2 > byte_limit)
+    return {"leaks": int(leaking), "leak_check": f"{inputs} inputs x {rounds}: {b2 - b1:+} then {b3 - b2:+} blocks, "
+                                                 f"{(m2 - m1) / 1024:+.1f} then {(m3 - m2) / 1024:+.1f} KB "
+                                                 f"(each over {third} replays)"}
 
 
 def seed(codec_path: Path, runtime: Path, names: List[str]) -> None:
