@@ -2,6 +2,8 @@
 threads, file descriptors, latency and throughput over time, and every message accounted for.
 
     python benchmarks/soak.py [--minutes M] [--bmqbrkr] [--json FILE] [--png FILE]
+                              [--diag FILE [--diag-every S] [--tracemalloc FRAMES]] [--malloc-trim]
+    python benchmarks/soak.py --analyse FILE.json   # memory slopes per stretch, RSS per fault kind
 
 Against the embedded broker (in its own process) by default, ``--bmqbrkr`` against the real
 broker from ``../shared/bmqbrkr`` (SIGKILLed and restarted on its storage as one of the
@@ -20,7 +22,7 @@ from typing import Any, Dict, List
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from _report import default_bmqbrkr_home, machine_info, make_parser  # noqa: E402
-from endurance import SoakConfig, SoakResult, run_soak  # noqa: E402
+from endurance import SoakConfig, SoakResult, run_soak, slopes  # noqa: E402
 
 
 def plot(result: SoakResult, path: str) -> bool:
@@ -42,9 +44,9 @@ def plot(result: SoakResult, path: str) -> bool:
         {"title": "latency ms (p50, p99)",
          "lines": {key: [s[key] for s in samples] for key in ("post_p50_ms", "post_p99_ms", "async_p50_ms",
                                                                "async_p99_ms")}, "log": True},
-        {"title": "MB: RSS; glibc malloc in use and free-but-kept; the soak's own ledger",
+        {"title": "MB: RSS; glibc malloc in use and free-but-kept; the soak's own ledger and samples",
          "lines": {k: [s.get(k) for s in samples] for k in ("rss_mb", "malloc_in_use_mb", "malloc_free_mb",
-                                                              "ledger_mb")}},
+                                                              "ledger_mb", "samples_mb")}},
         {"title": "threads, open fds", "lines": {k: [s[k] for s in samples] for k in ("threads", "fds")}},
         {"title": "writer queue KB, outbox and in-flight messages",
          "lines": {"writer_queue_kb": [s["writer_queue_bytes"] / 1024 for s in samples],
@@ -78,6 +80,37 @@ def plot(result: SoakResult, path: str) -> bool:
     return True
 
 
+def analyse(path: str, stretch: float = 1800.0) -> None:
+    """Print a run's memory slopes (MB/min) per ``stretch`` seconds and over its last hour, and
+    the RSS change across each kind of fault against the quiet stretches between faults."""
+    with open(path, encoding="utf-8") as f:
+        run = json.load(f)
+    samples, faults = run["samples"], run["faults"]
+    keys = ("rss_mb", "malloc_in_use_mb", "malloc_free_mb", "ledger_mb", "samples_mb", "beyond_own")
+    print(f"{'stretch (min)':>14} " + " ".join(f"{k:>16}" for k in keys))
+    end = samples[-1]["t"]
+    starts = [t for t in range(0, int(end), int(stretch))]
+    for start in starts:
+        part = [s for s in samples if start <= s["t"] <= start + stretch]
+        late = slopes(part, stretch)
+        print(f"{start / 60:>6.0f}-{min(end, start + stretch) / 60:<7.0f} " + " ".join(
+            f"{late.get(k, float('nan')):>+16.3f}" for k in keys))
+    last = slopes(samples, 3600.0)
+    print(f"{'last hour':>14} " + " ".join(f"{last.get(k, float('nan')):>+16.3f}" for k in keys))
+
+    def at(t: float) -> Dict[str, Any]:
+        return min(samples, key=lambda s: abs(s["t"] - t))
+
+    deltas: Dict[str, List[float]] = {}
+    for fault in faults:  # from just before it to when its reconnects are over
+        deltas.setdefault(fault["kind"], []).append(at(fault["end"] + 12)["rss_mb"] - at(fault["start"] - 2)["rss_mb"])
+    for before, after in zip(faults, faults[1:]):
+        deltas.setdefault("quiet", []).append(at(after["start"] - 2)["rss_mb"] - at(before["end"] + 12)["rss_mb"])
+    for kind, values in deltas.items():
+        print(f"RSS across {kind:>8}: n={len(values):3} mean {sum(values) / len(values):+.3f} MB, "
+              f"total {sum(values):+.2f} MB")
+
+
 def main() -> int:
     parser = make_parser(__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="how long (default: %(default)s)")
@@ -85,14 +118,27 @@ def main() -> int:
     parser.add_argument("--png", metavar="FILE", help="draw the samples over time, faults marked")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between samples (default: %(default)s)")
     parser.add_argument("--fault-every", type=float, default=30.0, help="seconds between faults (default: %(default)s)")
+    parser.add_argument("--diag", metavar="FILE", type=Path,
+                        help="append what grows (RSS by kind, malloc, object counts per type) as JSON lines")
+    parser.add_argument("--diag-every", type=float, default=300.0,
+                        help="seconds between --diag records (default: %(default)s)")
+    parser.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
+                        help="with --diag: trace Python allocations, FRAMES deep (costs CPU and memory)")
+    parser.add_argument("--malloc-trim", action="store_true",
+                        help="diagnostic: glibc malloc_trim(0) after every fault (RSS then shows what is live)")
+    parser.add_argument("--analyse", metavar="FILE", help="analyse the JSON of an earlier run instead of running")
     args = parser.parse_args()
+    if args.analyse:
+        analyse(args.analyse)
+        return 0
     home = None
     if args.bmqbrkr:
         home = default_bmqbrkr_home()
         if not (home / "run").exists():
             parser.error(f"--bmqbrkr: {home}/run not found")
     config = SoakConfig(seconds=args.minutes * 60, bmqbrkr_home=home, interval=args.interval,
-                        fault_every=args.fault_every)
+                        fault_every=args.fault_every, diag_path=args.diag, diag_every=args.diag_every,
+                        tracemalloc_frames=args.tracemalloc, malloc_trim=args.malloc_trim)
     result = run_soak(config)
     totals = result.totals
     print()

@@ -20,20 +20,29 @@ process, ``tests/faulthost.py``, so this process holds only the client):
 
 Every message carries ``stream:seq`` in its payload; one bit per message records that it was
 acknowledged and, per reader, delivered (a few MB for hours: the ledger must not be what
-grows). :class:`SoakResult` holds the samples, the faults, and the checks made at the end.
+grows). The bitmaps are allocated for the whole run at the start, and the bookkeeping of a
+broker crash works through them in small slices: bitmaps that doubled as they filled, and
+multi-MB integers made at every crash, left the allocator with free-but-kept memory that
+grew RSS by ~0.13 MB/min over two hours with no client at all (``tests/endurance.py``'s own
+doing, not bmq's). :class:`SoakResult` holds the samples, the faults, and the checks made at
+the end.
 """
 from __future__ import annotations
 
+import array
 import collections
 import ctypes
 import ctypes.util
 import dataclasses
 import functools
+import gc
+import json
 import os
 import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -78,18 +87,33 @@ class SoakConfig:
     fanout_chunk: int = 10
     workdir: Optional[Path] = None  # bmqbrkr's directory and the outbox (default: a temporary one)
     log: Callable[[str], None] = print
+    #: Opt-in: append a JSON line of what grows (see :class:`Diagnostics`) every ``diag_every`` s.
+    diag_path: Optional[Path] = None
+    diag_every: float = 300.0
+    #: With ``diag_path``: trace Python allocations with this many frames (0: off; it costs
+    #: CPU and memory of its own, so the RSS of such a run is not the client's alone).
+    tracemalloc_frames: int = 0
+    #: A diagnostic: glibc's malloc_trim(0) after every fault, giving the allocator's free
+    #: pages back, so that RSS shows what is live rather than what the allocator keeps.
+    malloc_trim: bool = False
 
 
 # ---- the ledger ---------------------------------------------------------------------------
 
 
+#: Bytes of bitmap per step when combining bitmaps: the integers made stay far below glibc's
+#: mmap threshold, so they come and go without leaving the heap fragmented.
+_SLICE = 1 << 14
+
+
 class _Bits:
-    """A growable bitmap of message sequence numbers."""
+    """A bitmap of message sequence numbers, allocated for ``capacity`` of them (grows, by
+    doubling, only past that)."""
 
     __slots__ = ("data", "count")
 
-    def __init__(self) -> None:
-        self.data = bytearray(4096)
+    def __init__(self, capacity: int = 0) -> None:
+        self.data = bytearray(max(4096, capacity // 8 + 1))
         self.count = 0
 
     def set(self, seq: int) -> bool:
@@ -122,14 +146,21 @@ class _Stream:
     pattern: str
     in_memory: bool
     readers: Tuple[str, ...]
-    acked: _Bits = dataclasses.field(default_factory=_Bits)
-    received: Dict[str, _Bits] = dataclasses.field(default_factory=dict)
+    capacity: int = 0  # messages the bitmaps are allocated for
+    acked: _Bits = dataclasses.field(init=False)
+    received: Dict[str, _Bits] = dataclasses.field(init=False)
     posted: int = 0
-    lost_to_crash: Dict[str, int] = dataclasses.field(default_factory=dict)  # reader -> candidates (bits)
+    # reader -> acked, not delivered when a broker crash lost its memory (bitmaps; in-memory
+    # streams only), and what the reader had received at the crash (scratch, reused)
+    lost_to_crash: Dict[str, _Bits] = dataclasses.field(init=False)
+    received_at_crash: Dict[str, bytearray] = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.received = {reader: _Bits() for reader in self.readers}
-        self.lost_to_crash = {reader: 0 for reader in self.readers}
+        self.acked = _Bits(self.capacity)
+        self.received = {reader: _Bits(self.capacity) for reader in self.readers}
+        crash_capacity = self.capacity if self.in_memory else 0
+        self.lost_to_crash = {reader: _Bits(crash_capacity) for reader in self.readers}
+        self.received_at_crash = {reader: bytearray(len(_Bits(crash_capacity).data)) for reader in self.readers}
 
     def take(self, count: int) -> range:
         """The next ``count`` sequence numbers to post (one producer thread per stream: no lock)."""
@@ -146,11 +177,13 @@ class Ledger:
         self._lock = threading.Lock()
         self.changed = threading.Condition(self._lock)
         self.streams: Dict[str, _Stream] = {}
-        self.duplicates: List[Tuple[float, str, str, int]] = []  # (time, stream, reader, seq)
+        self.duplicates = array.array("d")  # the time of each duplicate delivery
 
-    def add(self, name: str, pattern: str, in_memory: bool, readers: Tuple[str, ...]) -> _Stream:
-        """A new stream ``name`` of ``pattern``, read by each of ``readers`` (before traffic starts)."""
-        stream = self.streams[name] = _Stream(name, pattern, in_memory, readers)
+    def add(self, name: str, pattern: str, in_memory: bool, readers: Tuple[str, ...], capacity: int = 0
+            ) -> _Stream:
+        """A new stream ``name`` of ``pattern``, read by each of ``readers``, with bitmaps for
+        ``capacity`` messages (before traffic starts)."""
+        stream = self.streams[name] = _Stream(name, pattern, in_memory, readers, capacity)
         return stream
 
     def acked(self, stream: _Stream, seqs: Sequence[int]) -> None:
@@ -168,7 +201,7 @@ class Ledger:
                 seq = int(seq_text)
                 stream = self.streams[name.decode()]
                 if not stream.received[reader].set(seq):
-                    self.duplicates.append((now, stream.name, reader, seq))
+                    self.duplicates.append(now)
             self.changed.notify_all()
 
     def counts(self) -> Dict[str, int]:
@@ -178,12 +211,13 @@ class Ledger:
             for stream in self.streams.values():
                 out[stream.pattern] = out.get(stream.pattern, 0) + stream.acked.count
                 for reader, bits in stream.received.items():
-                    out[f"deliver:{reader}"] = out.get(f"deliver:{reader}", 0) + bits.count
+                    key = sys.intern(f"deliver:{reader}")  # one string for every sample's keys
+                    out[key] = out.get(key, 0) + bits.count
         return out
 
-    def note_crash(self, received_before: Dict[Tuple[str, str], bytes]) -> None:
+    def note_crash(self) -> None:
         """A broker crash lost its in-memory queues: the in-memory messages acked by now and not
-        delivered before the crash (``received_before``, taken when it died) are its doing.
+        delivered before the crash (what :meth:`snapshot_received` took when it died) are its doing.
 
         Call once the broker is back: ACKs it sent just before dying are still read from the
         socket after the kill, and their messages died with it too.
@@ -192,25 +226,41 @@ class Ledger:
             for stream in self.streams.values():
                 if not stream.in_memory:
                     continue
-                acked = stream.acked.as_int()
+                acked = stream.acked.data
                 for reader in stream.readers:
-                    before = int.from_bytes(received_before[(stream.name, reader)], "little")
-                    stream.lost_to_crash[reader] |= acked & ~before
+                    before, lost = stream.received_at_crash[reader], stream.lost_to_crash[reader]
+                    if len(lost.data) < len(acked):
+                        lost.data.extend(bytes(len(acked) - len(lost.data)))
+                    for i in range(0, len(acked), _SLICE):
+                        j = i + _SLICE
+                        candidates = int.from_bytes(acked[i:j], "little") & ~int.from_bytes(before[i:j], "little")
+                        if candidates:
+                            merged = int.from_bytes(lost.data[i:j], "little") | candidates
+                            lost.data[i:j] = merged.to_bytes(len(lost.data[i:j]), "little")
 
     def nbytes(self) -> int:
         """Memory the ledger holds (its bitmaps, crash bookkeeping and duplicates): the soak's own,
         sampled so that it is not mistaken for the client's."""
         with self._lock:
-            total = sys.getsizeof(self.duplicates) + sum(map(sys.getsizeof, self.duplicates))
+            total = sys.getsizeof(self.duplicates)
             for stream in self.streams.values():
                 total += sys.getsizeof(stream.acked.data) + sum(sys.getsizeof(b.data) for b in stream.received.values())
-                total += sum(map(sys.getsizeof, stream.lost_to_crash.values()))
+                total += sum(sys.getsizeof(b.data) for b in stream.lost_to_crash.values())
+                total += sum(map(sys.getsizeof, stream.received_at_crash.values()))
             return total
 
-    def snapshot_received(self) -> Dict[Tuple[str, str], bytes]:
-        """What each reader has received so far, per (stream, reader), for :meth:`note_crash`."""
+    def snapshot_received(self) -> None:
+        """Keep what each reader of an in-memory stream has received so far, for :meth:`note_crash`
+        (copied into buffers allocated once)."""
         with self._lock:
-            return {(s.name, r): bytes(bits.data) for s in self.streams.values() for r, bits in s.received.items()}
+            for stream in self.streams.values():
+                if not stream.in_memory:
+                    continue
+                for reader, bits in stream.received.items():
+                    kept = stream.received_at_crash[reader]
+                    if len(kept) != len(bits.data):
+                        kept.extend(bytes(len(bits.data) - len(kept)))
+                    kept[:] = bits.data
 
     def all_delivered(self) -> bool:
         """Every acked message delivered to each of its readers (or lost with a crashed broker's
@@ -218,7 +268,7 @@ class Ledger:
         for stream in self.streams.values():
             acked = stream.acked.as_int()
             for reader, bits in stream.received.items():
-                if acked & ~bits.as_int() & ~stream.lost_to_crash[reader]:
+                if acked & ~bits.as_int() & ~stream.lost_to_crash[reader].as_int():
                     return False
         return True
 
@@ -335,10 +385,26 @@ class _Role:
         self.drain()
 
     def reopen(self) -> None:
-        """Close the session between units of work and open a new one."""
+        """Close the session between units of work and open a new one, trying again while the
+        broker refuses it (a bmqbrkr still recovering its storage after a crash closes new
+        connections during negotiation); each refusal is an error, judged against the faults.
+
+        Raises:
+            bmq.Error: the broker still refused a new session after WAIT_TIMEOUT.
+        """
         self.pause()
         self.close_session()
-        self.open()
+        deadline = time.monotonic() + WAIT_TIMEOUT
+        while True:
+            try:
+                self.open()
+                break
+            except bmq.Error as exc:
+                self.soak.error(f"{self.name} reopen", exc)
+                self.close_session()  # a session whose queue did not open
+                if time.monotonic() > deadline:
+                    raise
+                self.stopping.wait(0.5)  # before asking the broker again
         self._gate.open()
 
     def close_session(self) -> None:
@@ -406,7 +472,8 @@ class _BlockingPoster(_Producer):
     def __init__(self, soak: "_Soak", uri: str, threads: int, rate: float) -> None:
         super().__init__(soak, "post", uri)
         self.threads = threads
-        self.streams = [soak.ledger.add(f"post{i}", "post", False, ("callback",)) for i in range(threads)]
+        self.streams = [soak.ledger.add(f"post{i}", "post", False, ("callback",), soak.capacity(rate))
+                        for i in range(threads)]
         self._paced = [_Paced(rate, self.stopping) for _ in range(threads)]
 
     def work(self, index: int) -> None:
@@ -430,7 +497,7 @@ class _AsyncPoster(_Producer):
     def __init__(self, soak: "_Soak", uri: str, rate: float, window: int) -> None:
         super().__init__(soak, "post_async", uri)
         self.window = window
-        self.stream = soak.ledger.add("async", "post_async", True, ("callback-async",))
+        self.stream = soak.ledger.add("async", "post_async", True, ("callback-async",), soak.capacity(rate))
         self._paced = _Paced(rate / self.UNIT, self.stopping)
         self._cond = threading.Condition()
         self._in_flight = 0
@@ -487,7 +554,7 @@ class _ManyPoster(_Producer):
         super().__init__(soak, name, uri)
         self.chunk = chunk
         self.outbox = outbox
-        self.stream = soak.ledger.add(name, name, False, readers)
+        self.stream = soak.ledger.add(name, name, False, readers, soak.capacity(rate))
         self._paced = _Paced(rate / chunk, self.stopping)
 
     def options(self) -> bmq.SessionOptions:
@@ -610,6 +677,126 @@ def _load_mallinfo2() -> Optional[Callable[[], _Mallinfo2]]:
 _MALLINFO2 = _load_mallinfo2()
 
 
+def malloc_trim() -> bool:
+    """glibc's ``malloc_trim(0)``: give every arena's free pages back to the system; False
+    without glibc."""
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+def mallinfo() -> Dict[str, int]:
+    """glibc's mallinfo2() fields (empty without glibc)."""
+    if _MALLINFO2 is None:
+        return {}
+    info = _MALLINFO2()
+    return {name: getattr(info, name) for name, _ in _Mallinfo2._fields_}
+
+
+def _proc_kb(path: str, keys: Tuple[str, ...]) -> Dict[str, int]:
+    """The ``key: N kB`` lines of ``path`` (a /proc file) named in ``keys``."""
+    out: Dict[str, int] = {}
+    try:
+        with open(path, encoding="ascii") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in keys:
+                    out[key] = int(rest.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+class Diagnostics:
+    """What grows, for finding a leak (opt-in, ``SoakConfig.diag_path``): one JSON line per
+    :meth:`record` with RSS split by kind (``/proc/self/smaps_rollup``), the number of memory
+    mappings, glibc's mallinfo2, Python's allocated blocks, the gc-tracked objects per type
+    that changed since the previous record and since the first, and (with
+    ``tracemalloc_frames``) the allocation sites that grew most since the first record.
+    glibc's per-arena ``malloc_info`` XML is appended to ``<diag_path>.malloc_info.xml``.
+
+    Costs a walk of the gc-tracked objects per record (tens of ms), so records are minutes
+    apart; tracemalloc costs more and is off unless asked for.
+    """
+
+    TOP = 25
+
+    def __init__(self, path: Path, frames: int) -> None:
+        self.path = path
+        self.frames = frames
+        self._first_types: Optional[collections.Counter] = None
+        self._previous_types: Optional[collections.Counter] = None
+        self._first_trace: Optional[tracemalloc.Snapshot] = None
+        if frames:
+            tracemalloc.start(frames)
+        libc_name = ctypes.util.find_library("c")
+        libc = ctypes.CDLL(libc_name) if libc_name else None
+        self._libc = libc if libc is not None and hasattr(libc, "malloc_info") else None
+        if self._libc is not None:
+            self._libc.fopen.restype = ctypes.c_void_p
+            self._libc.fopen.argtypes = (ctypes.c_char_p, ctypes.c_char_p)
+            self._libc.fclose.argtypes = (ctypes.c_void_p,)
+            self._libc.malloc_info.argtypes = (ctypes.c_int, ctypes.c_void_p)
+
+    def record(self, t: float, faults: Sequence[Dict[str, Any]]) -> None:
+        """Append one record, at ``t`` seconds into the run, after ``faults`` so far."""
+        started = time.perf_counter()
+        types = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+        entry: Dict[str, Any] = {
+            "t": round(t, 1), "faults": len(faults), "rss_mb": round(rss_mb(), 2),
+            "smaps_kb": _proc_kb("/proc/self/smaps_rollup", ("Rss", "Anonymous", "Private_Dirty", "Shared_Clean",
+                                                               "Private_Clean")),
+            "mappings": _count_lines("/proc/self/maps"), "threads": thread_count(), "mallinfo": mallinfo(),
+            "python_blocks": sys.getallocatedblocks(), "gc_objects": sum(types.values()),
+            "types_since_previous": _top_changes(types, self._previous_types, self.TOP),
+            "types_since_first": _top_changes(types, self._first_types, self.TOP),
+        }
+        self._previous_types = types
+        if self._first_types is None:
+            self._first_types = types
+        if self.frames:
+            snapshot = tracemalloc.take_snapshot().filter_traces(
+                (tracemalloc.Filter(False, tracemalloc.__file__),))
+            entry["tracemalloc_mb"] = round(tracemalloc.get_traced_memory()[0] / 2**20, 2)
+            if self._first_trace is None:
+                self._first_trace = snapshot
+            else:
+                entry["tracemalloc_since_first"] = [
+                    {"kb": round(d.size_diff / 1024, 1), "count": d.count_diff,
+                     "where": [f"{f.filename}:{f.lineno}" for f in d.traceback]}
+                    for d in snapshot.compare_to(self._first_trace, "traceback")[:self.TOP]]
+        entry["cost_s"] = round(time.perf_counter() - started, 3)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry) + "\n")
+        if self._libc is not None:
+            fp = self._libc.fopen(f"{self.path}.malloc_info.xml".encode(), b"a")
+            if fp:
+                self._libc.malloc_info(0, fp)
+                self._libc.fclose(fp)
+
+    def close(self) -> None:
+        """Stop tracing (when this started it)."""
+        if self.frames and tracemalloc.is_tracing():
+            tracemalloc.stop()
+
+
+def _count_lines(path: str) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
+
+def _top_changes(now: collections.Counter, before: Optional[collections.Counter], top: int) -> Dict[str, int]:
+    """The ``top`` largest changes in count per key from ``before`` to ``now``."""
+    if before is None:
+        return {}
+    diff = collections.Counter(now)
+    diff.subtract(before)
+    return dict(sorted(((k, v) for k, v in diff.items() if v), key=lambda kv: -abs(kv[1]))[:top])
+
+
 def malloc_mb() -> Tuple[Optional[float], Optional[float]]:
     """glibc malloc's (in use, free but kept) MB over all arenas, mmapped chunks counted in use;
     (None, None) without glibc. RSS growing with these flat is fragmentation or mappings, not
@@ -677,6 +864,12 @@ class _Soak:
         self._lock = threading.Lock()
         self.errors: List[Tuple[float, str, str]] = []  # (time, where, what)
         self.event_counts: Dict[str, int] = {}
+        self.faults: List[Dict[str, Any]] = []  # appended by the fault injector as they happen
+
+    def capacity(self, rate: float) -> int:
+        """Messages a stream posting at ``rate`` per second sends in the whole run (with room
+        to spare): its bitmaps' size."""
+        return int(rate * self.config.seconds * 1.25) + 8192
 
     def error(self, where: str, exc: BaseException) -> None:
         """Record ``exc``, raised in ``where``, with its time (judged against the faults)."""
@@ -702,7 +895,11 @@ class _Sampler:
         self.samples: List[Dict[str, Any]] = []
         self._previous_t = 0.0
         self._previous_counts = soak.ledger.counts()
+        self._samples_bytes = sys.getsizeof(self.samples)  # the samples are the soak's own memory too
         self._thread = threading.Thread(target=self._loop, name="soak-sampler", daemon=True)
+        config = soak.config
+        self._diagnostics = Diagnostics(config.diag_path, config.tracemalloc_frames) if config.diag_path else None
+        self._next_diag = 0.0
 
     def start(self) -> None:
         """Start sampling every ``config.interval`` seconds."""
@@ -714,13 +911,24 @@ class _Sampler:
             self._thread.join(WAIT_TIMEOUT)
             if self._thread.is_alive():
                 self.soak.error("sampler", TimeoutError(f"still sampling after {WAIT_TIMEOUT} s"))
+        if self._diagnostics is not None:
+            self._diagnostics.close()
 
     def _loop(self) -> None:
         while not self.soak.stopping.wait(self.soak.config.interval):  # the cadence: time passing is the point
             try:
                 self.sample()
+                self._diagnose()
             except Exception as exc:  # noqa: BLE001 - a sampling failure is an error to report
                 self.soak.error("sampler", exc)
+
+    def _diagnose(self) -> None:
+        """A diagnostics record when one is due (never before the warm-up ends)."""
+        now = time.monotonic() - self.soak.t0
+        if self._diagnostics is None or now < max(self._next_diag, self.soak.config.warmup):
+            return
+        self._diagnostics.record(now, self.soak.faults)
+        self._next_diag = now + self.soak.config.diag_every
 
     def sample(self) -> None:
         """Append one sample: rates since the previous one and the state now."""
@@ -733,7 +941,7 @@ class _Sampler:
         post_lat = traffic.blocking.take_latencies()
         async_lat = traffic.posting_async.take_latencies()
         in_use, free = malloc_mb()
-        self.samples.append({
+        sample = {
             "t": round(now, 2),
             "rate": {k: round((v - self._previous_counts.get(k, 0)) / elapsed, 1) for k, v in counts.items()},
             "total": counts,
@@ -746,8 +954,23 @@ class _Sampler:
             "outbox_messages": sum(s.outbox_messages for s in stats),
             "in_flight": sum(q.in_flight for s in stats for q in s.queues.values()),
             "reconnects": sum(s.reconnects for s in stats),
-        })
+        }
+        self._samples_bytes += _deep_size(sample) - sys.getsizeof(self.samples)
+        self.samples.append(sample)
+        self._samples_bytes += sys.getsizeof(self.samples)
+        sample["samples_mb"] = round(self._samples_bytes / 2**20, 3)
         self._previous_t, self._previous_counts = now, counts
+
+
+def _deep_size(value: Any) -> int:
+    """Bytes of ``value`` with what it holds (dicts, lists, tuples of scalars and strings);
+    dict keys, one string shared by every sample, are not counted."""
+    size = sys.getsizeof(value)
+    if isinstance(value, dict):
+        size += sum(map(_deep_size, value.values()))
+    elif isinstance(value, (list, tuple)):
+        size += sum(map(_deep_size, value))
+    return size
 
 
 def _fault_kinds(real: bool) -> List[str]:
@@ -818,7 +1041,7 @@ def _inject_faults(config: SoakConfig, host: FaultHost, real: Any, soak: _Soak, 
                    ) -> List[Dict[str, Any]]:
     """Inject the faults in turn, from ``config.first_fault`` every ``config.fault_every``
     seconds, until ``config.seconds``; return each one's kind, start, end and detail."""
-    faults: List[Dict[str, Any]] = []
+    faults = soak.faults
     kinds = _fault_kinds(real is not None)
     next_fault = config.first_fault
     while True:
@@ -834,6 +1057,8 @@ def _inject_faults(config: SoakConfig, host: FaultHost, real: Any, soak: _Soak, 
         faults.append({"kind": kind, "start": round(start - soak.t0, 2), "end": round(time.monotonic() - soak.t0, 2),
                        "detail": detail})
         config.log(f"  t={start - soak.t0:6.1f}s fault {kind}: {detail}")
+        if config.malloc_trim:
+            malloc_trim()
         next_fault += config.fault_every
 
 
@@ -865,9 +1090,9 @@ def _inject(kind: str, host: FaultHost, real: Any, soak: _Soak, roles: List[_Rol
         return f"proxy stalled {config.stall_seconds:g} s"
     if kind == "crash":
         real.kill()
-        received = soak.ledger.snapshot_received()
+        soak.ledger.snapshot_received()
         real.start()
-        soak.ledger.note_crash(received)
+        soak.ledger.note_crash()
         return f"bmqbrkr SIGKILLed and restarted on its storage (pid {real.pid})"
     if kind == "restart":
         host.do("restart")
@@ -916,7 +1141,7 @@ def _account(ledger: Ledger) -> Tuple[Dict[str, Dict[str, Any]], int, int]:
                                  "domain": "in-memory" if stream.in_memory else "persistent"}
         for reader, bits in stream.received.items():
             missing = acked & ~bits.as_int()
-            lost = _popcount(missing & stream.lost_to_crash[reader])
+            lost = _popcount(missing & stream.lost_to_crash[reader].as_int())
             unexplained = _popcount(missing) - lost
             entry[reader] = {"delivered": bits.count, "missing": unexplained, "lost_with_crashed_memory": lost}
             missing_total += unexplained
@@ -935,7 +1160,7 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
         return _fault_overlapping(faults, t - t0, t - t0, config.grace) or "unexplained"
 
     per_stream, missing_total, lost_total = _account(ledger)
-    dup_by_fault = dict(collections.Counter(cause(t) for t, *_ in ledger.duplicates))
+    dup_by_fault = dict(collections.Counter(cause(t) for t in ledger.duplicates))
     errors_by_fault = dict(collections.Counter(cause(t) for t, *_ in soak.errors))
     unexplained_errors = [f"t={t - t0:.1f}s {where}: {what}" for t, where, what in soak.errors
                           if cause(t) == "unexplained"]
@@ -943,7 +1168,11 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
     last = samples[-1] if samples else None
     rss_growth = (last["rss_mb"] - warm["rss_mb"]) if warm and last else 0.0
     ledger_growth = (last["ledger_mb"] - warm["ledger_mb"]) if warm and last else 0.0
+    samples_growth = (last.get("samples_mb", 0) - warm.get("samples_mb", 0)) if warm and last else 0.0
     rss_max_after = max((s["rss_mb"] for s in samples if warm and s["t"] >= warm["t"]), default=0.0)
+    # The slope over the second half of the run (its last hour at most): what still grows
+    # once start-up and the allocator's filling are behind.
+    late = slopes(samples, min(3600.0, (samples[-1]["t"] if samples else 0.0) / 2))
     quiet_stalls = _stalled_intervals([s for s in samples if s["t"] <= producing_until], faults, config, ledger)
     checks = [
         Check("every acknowledged message delivered", delivered and missing_total == 0,
@@ -955,7 +1184,9 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
         Check(f"RSS growth after {warm['t'] if warm else 0:.0f} s <= {RSS_GROWTH_LIMIT_MB:g} MB",
               rss_growth <= RSS_GROWTH_LIMIT_MB,
               f"{warm['rss_mb'] if warm else 0:.1f} MB -> {last['rss_mb'] if last else 0:.1f} MB "
-              f"(+{rss_growth:.1f}, max {rss_max_after:.1f}; of it the soak's own ledger +{ledger_growth:.1f})"),
+              f"(+{rss_growth:.1f}, max {rss_max_after:.1f}; of it the soak's own ledger +{ledger_growth:.1f} "
+              f"and samples +{samples_growth:.1f}); over the last {late.get('minutes', 0):g} min "
+              f"{late.get('rss_mb', 0):+.3f} MB/min, {late.get('beyond_own', 0):+.3f} beyond the soak's own"),
         Check("threads back to baseline", end["threads"] <= baseline["threads"],
               f"baseline {baseline['threads']}, after closing {end['threads']}"),
         Check("file descriptors back to baseline", end["fds"] <= baseline["fds"],
@@ -972,8 +1203,30 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
     totals = {"streams": per_stream, "duplicates": len(ledger.duplicates), "duplicates_by_fault": dup_by_fault,
               "errors": [(round(t - t0, 2), w, e) for t, w, e in soak.errors[:200]], "errors_by_fault": errors_by_fault,
               "events": soak.event_counts, "baseline": baseline, "end": end, "drain_seconds": round(drain_seconds, 2),
-              "rss_warm_mb": warm["rss_mb"] if warm else None, "rss_end_mb": last["rss_mb"] if last else None}
+              "rss_warm_mb": warm["rss_mb"] if warm else None, "rss_end_mb": last["rss_mb"] if last else None,
+              "late_slopes_mb_per_min": late}
     return SoakResult("bmqbrkr" if real else "embedded", config.seconds, samples, faults, totals, checks)
+
+
+def slopes(samples: List[Dict[str, Any]], window: float) -> Dict[str, float]:
+    """MB per minute (least squares) of RSS, glibc's in-use and free-but-kept bytes, and the
+    soak's own ledger and samples, over the samples of the last ``window`` seconds; ``beyond_own``
+    is the RSS slope less the ledger's and the samples'."""
+    if not samples:
+        return {}
+    chosen = [s for s in samples if s["t"] >= samples[-1]["t"] - window]
+    out: Dict[str, float] = {}
+    for key in ("rss_mb", "malloc_in_use_mb", "malloc_free_mb", "ledger_mb", "samples_mb"):
+        points = [(s["t"] / 60.0, s[key]) for s in chosen if s.get(key) is not None]
+        if len(points) < 2:
+            continue
+        mean_t = sum(t for t, _ in points) / len(points)
+        mean_v = sum(v for _, v in points) / len(points)
+        spread = sum((t - mean_t) ** 2 for t, _ in points)
+        out[key] = round(sum((t - mean_t) * (v - mean_v) for t, v in points) / spread, 4) if spread else 0.0
+    out["beyond_own"] = round(out.get("rss_mb", 0.0) - out.get("ledger_mb", 0.0) - out.get("samples_mb", 0.0), 4)
+    out["minutes"] = round((chosen[-1]["t"] - chosen[0]["t"]) / 60.0, 1)
+    return out
 
 
 def _stalled_intervals(samples: List[Dict[str, Any]], faults: List[Dict[str, Any]], config: SoakConfig,

@@ -5,12 +5,22 @@ Each accepted connection gets a connection to the upstream broker and two pump t
 per direction). :meth:`Proxy.cut` closes every current connection at once (both sockets, as
 a lost network path would look to each side); :meth:`Proxy.stall` stops forwarding in both
 directions while keeping the sockets open, and :meth:`Proxy.resume` lets the held bytes go.
+
+:meth:`Proxy.tamper` makes it hostile: each chunk it forwards (what one ``recv`` brought) may
+have bits flipped, be dropped, be sent twice, or be cut short with the connection closed
+after it, in either direction; :meth:`Proxy.honest` stops that. :attr:`Proxy.tampered`
+counts what was done, per direction and kind.
 """
 from __future__ import annotations
 
+import collections
+import random
 import socket
 import threading
-from typing import List, Tuple
+from typing import Counter, Dict, List, Optional, Tuple
+
+#: The ways :meth:`Proxy.tamper` mistreats a chunk.
+TAMPER_KINDS = ("flip", "drop", "duplicate", "truncate")
 
 
 class Proxy:
@@ -29,6 +39,9 @@ class Proxy:
         self._flowing.set()
         self._closed = False
         self.connections = 0  # accepted so far
+        self._tamper: Optional[Dict[str, float]] = None  # kind -> probability per chunk
+        self._rng = random.Random(0)
+        self.tampered: Counter[Tuple[str, str]] = collections.Counter()  # (direction, kind) -> chunks
         self._acceptor = threading.Thread(target=self._accept_loop, name="test-proxy-accept", daemon=True)
         self._acceptor.start()
 
@@ -51,6 +64,22 @@ class Proxy:
     def resume(self) -> None:
         """Forward again, starting with what was held back."""
         self._flowing.set()
+
+    def tamper(self, seed: int = 0, **probabilities: float) -> None:
+        """From now on mistreat each forwarded chunk, in both directions ("up": client to
+        broker, "down"), with the given probabilities (``flip=0.02, drop=0.01, ...``, keys
+        from TAMPER_KINDS; at most one kind per chunk); ``seed`` makes the choices repeatable."""
+        unknown = set(probabilities) - set(TAMPER_KINDS)
+        if unknown:
+            raise ValueError(f"unknown tamper kinds {sorted(unknown)}: use {TAMPER_KINDS}")
+        with self._lock:
+            self._rng = random.Random(seed)
+            self._tamper = dict(probabilities)
+
+    def honest(self) -> None:
+        """Forward every byte as received again (connections stay as they are)."""
+        with self._lock:
+            self._tamper = None
 
     def close(self) -> None:
         self._closed = True
@@ -91,17 +120,48 @@ class Proxy:
                 self._pairs.append((client, server))
                 self.connections += 1
             for source, target, name in ((client, server, "up"), (server, client, "down")):
-                threading.Thread(target=self._pump, args=(source, target), name=f"test-proxy-{name}",
+                threading.Thread(target=self._pump, args=(source, target, name), name=f"test-proxy-{name}",
                                  daemon=True).start()
 
-    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+    def _mistreat(self, data: bytes, direction: str) -> Tuple[List[bytes], bool]:
+        """What to send for ``data`` received in ``direction``, and whether to close after it."""
+        with self._lock:
+            tamper, rng = self._tamper, self._rng
+            if not tamper:
+                return [data], False
+            roll = rng.random()
+            kind = None
+            for name, probability in tamper.items():
+                if roll < probability:
+                    kind = name
+                    break
+                roll -= probability
+            if kind is None:
+                return [data], False
+            self.tampered[(direction, kind)] += 1
+            if kind == "flip":
+                flipped = bytearray(data)
+                for _ in range(rng.randint(1, 3)):
+                    flipped[rng.randrange(len(flipped))] ^= 1 << rng.randrange(8)
+                return [bytes(flipped)], False
+            if kind == "drop":
+                return [], False
+            if kind == "duplicate":
+                return [data, data], False
+            return [data[:rng.randrange(len(data))]], True  # truncate: part of it, then the end
+
+    def _pump(self, source: socket.socket, target: socket.socket, direction: str) -> None:
         try:
             while True:
                 data = source.recv(1 << 16)
                 if not data:
                     break
                 self._flowing.wait()
-                target.sendall(data)
+                chunks, close = self._mistreat(data, direction)
+                for chunk in chunks:
+                    target.sendall(chunk)
+                if close:
+                    break
         except OSError:
             pass
         _close(source, target)

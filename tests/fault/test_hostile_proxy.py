@@ -1,0 +1,175 @@
+"""A hostile network between the client and the broker: a proxy (tests/proxy.py) that flips
+bits, drops, duplicates and truncates what it forwards, in both directions, while one session
+posts and another consumes through it; then the proxy turns honest.
+
+What must hold, against the embedded broker and bmqbrkr: no crash (no thread of bmq dies
+with an unexpected exception), no hang (every post resolves, the sessions stop), every failure
+surfaces as an error (a non-SUCCESS ACK or a bmq exception) or a reconnect, and every message
+acknowledged SUCCESS is delivered once the proxy is honest again. Corrupted bytes that TCP
+would normally have caught can change a delivered payload (PUSH carries no checksum): such
+deliveries are counted, not judged; messages are identified by their GUID.
+
+Turning honest, the proxy also closes the connections it carried: a connection whose stream it
+desynchronized can stay open for good, because both brokers count any bytes as a sign of life
+(so the client's heartbeat answers keep a broker waiting for the rest of an "event" whose
+length word was flipped) while the client, hearing the broker's heartbeats, sees nothing
+wrong; its posts then end as TIMEOUT and the connection is not replaced. The honest network
+starts with fresh connections, and this test judges what it promises from there.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Dict, List
+
+import pytest
+
+import bmq
+from bmq import events
+from proxy import TAMPER_KINDS, Proxy
+from support import fresh_uri, ha_options, until
+
+pytestmark = pytest.mark.slow
+
+#: The chance per forwarded chunk of each kind of harm; the proxy stays hostile until it did
+#: each kind HARMS times in each direction (within HOSTILE_TIMEOUT seconds).
+PROBABILITY = 0.01
+HARMS = 3
+HOSTILE_TIMEOUT = 120.0
+#: Bound on every wait after the proxy turns honest: a connection left mid-event by the
+#: proxy is declared dead by heartbeats (bmqbrkr: 10 missed at 3 s) before it reconnects.
+RECOVERY_TIMEOUT = 90.0
+WINDOW = 50
+#: Posts between two pauses of the producer: a few thousand messages per second, enough
+#: traffic for the proxy to harm without filling the queue faster than the consumer reads.
+BURST = 20
+
+
+class _Producer:
+    """``post_async`` with at most WINDOW unanswered, until stopped; every answer recorded."""
+
+    def __init__(self, queue: bmq.Queue) -> None:
+        self.queue = queue
+        self.acked: Dict[bytes, bytes] = {}  # GUID -> payload, for SUCCESS
+        self.failed: Dict[str, int] = {}  # what else came back, by status or exception type
+        self.unexpected: List[BaseException] = []
+        self.posted = 0
+        self._cond = threading.Condition()
+        self._in_flight = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hostile-producer")
+
+    def start(self) -> "_Producer":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._cond:
+                if not self._cond.wait_for(lambda: self._in_flight < WINDOW, RECOVERY_TIMEOUT):
+                    self.unexpected.append(TimeoutError(f"{self._in_flight} posts unanswered"))
+                    return
+                self._in_flight += 1
+            payload = b"hostile-%d" % self.posted
+            self.posted += 1
+            try:
+                future = self.queue.post_async(payload)
+            except bmq.Error as exc:  # e.g. the retransmission buffer full: a surfaced failure
+                self._answer(type(exc).__name__)
+                self._stop.wait(0.01)  # do not spin on a failure that lasts
+                continue
+            future.add_done_callback(lambda f, payload=payload: self._done(f, payload))
+            if self.posted % BURST == 0:
+                self._stop.wait(0.005)  # the producer's pace: time passing is the point
+
+    def _done(self, future, payload: bytes) -> None:
+        try:
+            ack = future.result()
+        except bmq.Error as exc:
+            self._answer(type(exc).__name__)
+            return
+        except BaseException as exc:  # noqa: BLE001 - the point of the test
+            self.unexpected.append(exc)
+            self._answer("unexpected")
+            return
+        if ack.ok:
+            self.acked[ack.guid] = payload
+        self._answer(None if ack.ok else ack.status.name)
+
+    def _answer(self, failure) -> None:
+        with self._cond:
+            if failure is not None:
+                self.failed[failure] = self.failed.get(failure, 0) + 1
+            self._in_flight -= 1
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        """Stop posting and wait for every post to be answered."""
+        self._stop.set()
+        self._thread.join(RECOVERY_TIMEOUT)
+        assert not self._thread.is_alive(), "the producer hangs in post_async"
+        with self._cond:
+            assert self._cond.wait_for(lambda: self._in_flight == 0, RECOVERY_TIMEOUT), \
+                f"{self._in_flight} posts never answered"
+
+
+@pytest.fixture(params=["embedded", "bmqbrkr"])
+def broker_address(request) -> str:
+    if request.param == "embedded":
+        return request.getfixturevalue("broker").address  # tests/fault/conftest.py: fast heartbeats
+    return request.getfixturevalue("bmqbrkr").address
+
+
+def test_hostile_proxy_loses_nothing_acknowledged(broker_address, caplog):
+    caplog.set_level(logging.WARNING, logger="bmq")
+    uri = fresh_uri(prefix="hostile")
+    seen: Dict[bytes, bytes] = {}  # GUID -> payload as delivered
+    arrived = threading.Condition()
+    session_events: Dict[str, int] = {}
+
+    def on_event(event: events.SessionEvent) -> None:
+        session_events[type(event).__name__] = session_events.get(type(event).__name__, 0) + 1
+
+    newest = [-1]  # the highest sequence number delivered intact
+
+    def on_message(message: bmq.Message) -> None:
+        payload = message.data
+        with arrived:
+            seen[message.guid] = payload
+            if payload.startswith(b"hostile-") and payload[8:].isdigit():
+                newest[0] = max(newest[0], int(payload[8:]))
+            arrived.notify_all()
+        message.confirm()
+
+    options = ha_options(ack_timeout=15.0, on_event=on_event)
+    with Proxy(broker_address) as proxy:
+        with bmq.Session(proxy.address, options) as consumer, bmq.Session(proxy.address, options) as producer:
+            consumer.open_queue(uri, read=True, on_message=on_message)
+            posting = _Producer(producer.open_queue(uri, write=True)).start()
+            proxy.tamper(seed=20261128, **{kind: PROBABILITY for kind in TAMPER_KINDS})
+            harmed = until(lambda: all(proxy.tampered[(d, k)] >= HARMS for d in ("up", "down")
+                                       for k in TAMPER_KINDS), HOSTILE_TIMEOUT)
+            proxy.honest()
+            proxy.cut()  # see the module's docstring: no connection desynchronized by the proxy survives
+            assert harmed, f"the proxy did not do every harm {HARMS} times each way: {dict(proxy.tampered)}"
+            honest_at = posting.posted
+            with arrived:  # the honest proxy carries new messages end to end again
+                assert arrived.wait_for(lambda: newest[0] > honest_at, RECOVERY_TIMEOUT), \
+                    f"nothing posted after the proxy turned honest arrived: events {session_events}, " \
+                    f"posts {posting.posted} ({posting.failed}), newest delivered {newest[0]}"
+            posting.stop()
+            with arrived:
+                delivered = arrived.wait_for(lambda: posting.acked.keys() <= seen.keys(), RECOVERY_TIMEOUT)
+            missing = posting.acked.keys() - seen.keys()
+            garbled = sum(1 for guid, payload in seen.items() if guid in posting.acked
+                          and payload != posting.acked[guid])
+        tampered = dict(proxy.tampered)
+    print(f"\n[hostile] posted {posting.posted}, acked {len(posting.acked)}, failures {posting.failed}, "
+          f"delivered {len(seen)} (garbled payloads {garbled}), tampered chunks {tampered}, "
+          f"proxy connections {proxy.connections}, events {session_events}")
+    assert not posting.unexpected, posting.unexpected[:3]
+    assert delivered and not missing, f"{len(missing)} acknowledged messages never delivered"
+    # The harm surfaced: as reconnects (a corrupt stream is dropped) or as failed posts.
+    assert session_events.get("Reconnected", 0) + sum(posting.failed.values()) > 0
+    crashes = [r for r in caplog.records if r.exc_info and not isinstance(r.exc_info[1], (bmq.Error, OSError))]
+    assert not crashes, [r.getMessage() for r in crashes[:3]]
