@@ -693,7 +693,7 @@ def mallinfo() -> Dict[str, int]:
     if _MALLINFO2 is None:
         return {}
     info = _MALLINFO2()
-    return {name: getattr(info, name) for name, _ in _Mallinfo2._fields_}
+    return {field[0]: getattr(info, field[0]) for field in _Mallinfo2._fields_}
 
 
 def _proc_kb(path: str, keys: Tuple[str, ...]) -> Dict[str, int]:
