@@ -157,7 +157,8 @@ def leak_check(name: str, rounds: int = 12) -> Dict[str, Any]:
     A leak grows in both of the last two thirds of the rounds; caches and free lists fill
     early, and a pool that grows once (a step) does not grow in both."""
     probe = (
-        "import sys, gc, ctypes; sys.path.insert(0, sys.argv[1]); import targets\n"
+        "import sys, gc, ctypes, logging; logging.disable(logging.CRITICAL)\n"
+        "sys.path.insert(0, sys.argv[1]); import targets\n"
         "from pathlib import Path\n"
         "paths = [p for d in sys.argv[3:] if Path(d).is_dir() for p in sorted(Path(d).iterdir())][:2000]\n"
         "data = [p.read_bytes() for p in paths]; run = targets.TARGETS[sys.argv[2]].run\n"

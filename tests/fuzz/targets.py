@@ -15,7 +15,6 @@ from the first byte(s) of the input, so that libFuzzer can mutate them too.
 """
 from __future__ import annotations
 
-import logging
 import socket
 import tempfile
 import threading
@@ -28,9 +27,6 @@ from bmq import _expression, _schema, _uri
 from bmq._transport import parse_broker_address
 from bmq.exceptions import InvalidArgumentError, InvalidURIError, OutboxError, ProtocolError
 
-# Warnings about dropped bad input are the expected outcome: millions of them would only
-# slow the fuzzer down and bury its own output.
-logging.disable(logging.CRITICAL)
 
 
 class Target(NamedTuple):
