@@ -19,7 +19,7 @@ work=$(mktemp -d -t bmq-pythons.XXXXXX)
 # suite runs every real-broker test on 3.11; the client code they add is version-independent).
 pytest_args=(-q -p no:cacheprovider tests/unit tests/integration -m "not release and not slow"
              -k "not bmqbrkr or test_post_then_get_round_trips_payload_properties_and_guid"
-             --ignore tests/integration/test_spark.py --ignore tests/integration/test_spark_units.py
+             --ignore-glob 'tests/integration/test_spark*' --ignore tests/integration/spark_driver.py
              --deselect tests/unit/test_typing.py)
 
 trap 'rm -rf "$work"' EXIT
