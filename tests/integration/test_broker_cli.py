@@ -25,6 +25,9 @@ def test_module_runs_until_interrupted_and_logs_sessions() -> None:
         text=True,
         env=env,
         cwd=ROOT,
+        # Ctrl-C as at a terminal: a test run started in the background by a shell without job
+        # control (CI's pieces) inherits SIGINT ignored, and so would the broker.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         banner = proc.stdout.readline()  # type: ignore[union-attr]
