@@ -31,6 +31,8 @@ logger = logging.getLogger("bmq._session")  # the session's logger: one place to
 # Confirms per CONFIRM event: far below the event size limit (24 bytes each), large enough
 # that a confirm_many of a whole batch costs a handful of writer hand-offs.
 _CONFIRM_CHUNK = 20000
+# Bound once (see bmq/_queue.py): confirm() compares it by identity per message.
+_CLOSED = QueueState.CLOSED
 
 
 class Deliveries:
@@ -166,5 +168,5 @@ class Deliveries:
     def _check_confirmable(self, queue: Queue) -> None:
         if queue.session is not self._owner:
             raise QueueStateError(f"a message of {queue.uri} from another session cannot be confirmed here")
-        if queue.state == QueueState.CLOSED:
+        if queue.state is _CLOSED:
             raise QueueStateError(f"{queue.uri} is closed: cannot confirm")

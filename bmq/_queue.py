@@ -30,6 +30,9 @@ _FUTURES = Completion.FUTURES
 # code, which every one-message post would pay).
 _new_request = tuple.__new__
 _LATCH = Completion.LATCH
+# Enum members bound once and compared by identity: a read through the enum class costs ~50 ns
+# on 3.11, and get() and confirm() pay it per message.
+_CLOSED = QueueState.CLOSED
 
 Payload = Union[bytes, bytearray, memoryview]
 Properties = Optional[Mapping[str, Any]]
@@ -397,7 +400,7 @@ class Queue:
             QueueStateError: not a reader, opened with ``on_message``, or closed.
         """
         self._check_pull("get()")
-        if self.state == QueueState.CLOSED:
+        if self.state is _CLOSED:
             raise QueueStateError(f"{self.uri} is closed")
         message: Optional[Message] = self._take(timeout)
         return message
@@ -433,7 +436,7 @@ class Queue:
             timeout: seconds of silence that end the iteration; None never ends it by time.
         """
         self._check_pull("messages()")  # once, not per message as get() would
-        while self.state != QueueState.CLOSED:
+        while self.state is not _CLOSED:
             try:
                 message = self._take(timeout)
             except QueueStateError:
@@ -469,7 +472,7 @@ class Queue:
         if max_messages <= 0 or (max_bytes is not None and max_bytes <= 0):
             raise InvalidArgumentError(f"get_batch: max_messages ({max_messages}) and max_bytes ({max_bytes}) "
                                        "must be positive")
-        if self.state == QueueState.CLOSED:
+        if self.state is _CLOSED:
             raise QueueStateError(f"{self.uri} is closed")
         # Another thread may hold the lock while it waits for a first message: the timeout
         # covers waiting for the lock too.
