@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import logging
 import queue as _stdqueue
 import threading
 import time
@@ -9,6 +10,7 @@ from concurrent.futures import Future
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence,
                     Union, cast)
 
+from ._dispatch import report_callback_error
 from ._protocol import queue_flags
 from ._puts import Completion, PostRequest
 from ._stats import QueueCounters
@@ -32,7 +34,8 @@ _new_request = tuple.__new__
 _LATCH = Completion.LATCH
 # Enum members bound once and compared by identity: a read through the enum class costs ~50 ns
 # on 3.11, and get() and confirm() pay it per message.
-_CLOSED = QueueState.CLOSED
+_CLOSED, _CLOSING = QueueState.CLOSED, QueueState.CLOSING
+logger = logging.getLogger("bmq._session")  # the session's logger: one place to look
 
 Payload = Union[bytes, bytearray, memoryview]
 Properties = Optional[Mapping[str, Any]]
@@ -137,6 +140,7 @@ class Queue:
         self.write = write
         self._options = options
         self.on_message = on_message
+        self._dropped_on_close = False  # logged once: messages left for the broker at close
         self.queue_id = queue_id
         self.sub_id = sub_id
         self.counters = QueueCounters()  # bmq.Session.stats(); see bmq/_stats.py
@@ -521,9 +525,27 @@ class Queue:
             for message in messages:
                 put(message)
         else:
-            dispatch, on_message = self._owner.dispatch, self.on_message
+            dispatch, hand_over = self._owner.dispatch, self._hand_over
             for message in messages:
-                dispatch(on_message, message)
+                dispatch(hand_over, message)
+
+    def _hand_over(self, message: Message) -> None:
+        """Dispatcher thread: give ``message`` to the on_message callback, unless the queue began
+        closing since it arrived (``close_queue()`` or ``stop()`` while it waited behind other
+        callbacks): the application asked for no more, and a confirm may no longer reach the
+        broker. It is left unconfirmed for the broker to deliver again, rather than handled
+        twice (here and after that redelivery) by a callback whose confirm raises."""
+        state = self.state
+        if state is _CLOSED or state is _CLOSING:
+            if not self._dropped_on_close:
+                self._dropped_on_close = True
+                logger.info("%s closed: messages still waiting for on_message are not handed to it (unconfirmed, "
+                            "the broker delivers them again)", self.uri)
+            return
+        try:
+            self.on_message(message)  # type: ignore[misc]
+        except BaseException as exc:  # noqa: B902 - reported as the dispatcher does, naming the callback
+            report_callback_error(self.on_message, exc)  # type: ignore[arg-type]
 
     def deliver_batch(self, batch: MessageBatch) -> None:
         """Session side (not public API), reader thread: hand a batch to get_batch()."""

@@ -74,7 +74,7 @@ class QueueServices:
         self.ack_wait_limit = session._ack_wait_limit
         self.configure = session._configure_queue
         self.close = session._close_queue
-        self.dispatch = session._dispatch
+        self.dispatch = session._dispatcher.submit  # not session._dispatch: one call per delivery, not two
 
 
 class Session:
