@@ -543,6 +543,10 @@ class Broker:
     def _on_control(self, session: ClientSession, event: bytes) -> None:
         try:
             message, _ = _schema.decode_event(event, "control")
+            # A BER string need not be UTF-8 (it decodes with surrogates in its place), and the
+            # answer echoing it (an appId, a URI) could not be encoded in JSON: refused before
+            # anything is done, rather than done and never answered.
+            _schema.encode_body(message, _schema.ENCODING_JSON, "control")
         except (ProtocolError, ValueError) as exc:
             logger.warning("client %s: dropping undecodable control message: %s", session.peer, exc)
             return
