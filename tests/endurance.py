@@ -1274,7 +1274,8 @@ def _inject(kind: str, host: FaultHost, real: Any, soak: _Soak, roles: List[_Rol
         real.start()
         soak.ledger.note_crash()
         serving = _until_serving(real.address, soak)
-        return f"bmqbrkr SIGKILLed and restarted on its storage (pid {real.pid}), serving a new session after {serving:.1f} s"
+        return (f"bmqbrkr SIGKILLed and restarted on its storage (pid {real.pid}), serving a new session "
+                f"after {serving:.1f} s")
     if kind == "restart":
         host.do("restart")
         return "embedded broker restart() (every client dropped, queues kept)"
@@ -1488,7 +1489,8 @@ def judge_stalls(samples: List[Dict[str, Any]], faults: List[Dict[str, Any]], pa
             held_up.append(span)
         else:
             latest = next((fault for fault in reversed(faults) if fault["start"] <= before["t"]), None)
-            together.append(f"{span} ({before['t'] - latest['end']:.0f} s after a {latest['kind']})" if latest else span)
+            since = f" ({before['t'] - latest['end']:.0f} s after a {latest['kind']})" if latest else ""
+            together.append(span + since)
     parts = [f"stalled while the others moved: {own[:5]}"] if own else []
     if together:
         parts.append(f"every pattern at once while the soak's sampler ran on time (the broker or bmq as a whole, "

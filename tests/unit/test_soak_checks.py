@@ -202,7 +202,8 @@ def test_every_pattern_stopped_while_the_sampler_ran_on_time_fails_naming_the_fa
     crash = [{"kind": "crash", "start": 1.0, "end": 2.0, "detail": ""}]
     check = judge_stalls(ALL_STOP_ON_TIME, crash, ["a", "b"], grace=2.0, producing_until=100.0)
     assert not check.ok
-    assert "(the broker or bmq as a whole, not the machine) in 1 intervals: ['5-10s (3 s after a crash)']" in check.detail
+    assert ("(the broker or bmq as a whole, not the machine) in 1 intervals: ['5-10s (3 s after a crash)']"
+            in check.detail)
 
 
 def test_stalls_in_a_fault_window_or_after_producing_ended_are_not_judged():
