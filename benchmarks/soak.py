@@ -103,7 +103,9 @@ def rejudge(run: Dict[str, Any]) -> List[str]:
     grace = totals.get("grace", SoakConfig().grace)
     producing_until = totals.get("producing_until", run["seconds"])
     check = judge_stalls(samples, faults, patterns, grace, producing_until)
-    lines.append(f"[{'ok' if check.ok else 'FAILED'}] {check.name}: {check.detail}")
+    assumed = ("" if "grace" in totals else
+               f" (this run kept neither its grace nor the end of its posting: taken as {grace:g} s and its length)")
+    lines.append(f"[{'ok' if check.ok else 'FAILED'}] {check.name}: {check.detail}{assumed}")
     return lines
 
 
