@@ -1294,10 +1294,10 @@ def _inject(kind: str, host: FaultHost, real: Any, soak: _Soak, roles: List[_Rol
 
 def _until_serving(address: str, soak: _Soak) -> float:
     """Seconds until a new session straight to ``address`` (not through the proxy) has a post
-    to a persistent queue acknowledged and its message back. bmqbrkr listens again long before
-    it has recovered its storage, and holds every client until then (10-35 s after half the
-    crashes of a two-hour run on a loaded machine): that is the crash's time, not the clients';
-    a client still stalled after it is judged.
+    to a persistent queue acknowledged and its message back. A restarted bmqbrkr listens (which
+    is all ``RealBroker.start`` waits for) before it has recovered its storage, and a client
+    waits meanwhile: that is the crash's time, not the clients'; a client still stalled after it
+    is judged.
 
     Raises:
         bmq.Error: still not served after WAIT_TIMEOUT (each refusal recorded as an error).
