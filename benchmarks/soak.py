@@ -3,7 +3,8 @@ threads, file descriptors, latency and throughput over time, and every message a
 
     python benchmarks/soak.py [--minutes M] [--bmqbrkr] [--json FILE] [--png FILE]
                               [--diag FILE [--diag-every S] [--tracemalloc FRAMES]] [--malloc-trim]
-    python benchmarks/soak.py --analyse FILE.json   # memory slopes per stretch, RSS per fault kind
+    python benchmarks/soak.py --analyse FILE.json   # memory slopes per stretch, RSS per fault kind,
+                                                    # the duplicates and stalls checks again
 
 Against the embedded broker (in its own process) by default, ``--bmqbrkr`` against the real
 broker from ``../shared/bmqbrkr`` (SIGKILLed and restarted on its storage as one of the
@@ -22,7 +23,7 @@ from typing import Any, Dict, List
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from _report import default_bmqbrkr_home, machine_info, make_parser  # noqa: E402
-from endurance import SoakConfig, SoakResult, run_soak, slopes  # noqa: E402
+from endurance import SoakConfig, SoakResult, judge_duplicates, judge_stalls, run_soak, slopes  # noqa: E402
 
 
 def plot(result: SoakResult, path: str) -> bool:
@@ -80,9 +81,38 @@ def plot(result: SoakResult, path: str) -> bool:
     return True
 
 
+def rejudge(run: Dict[str, Any]) -> List[str]:
+    """The duplicates and stalls checks made again from a saved run (``as_dict`` JSON), one
+    line each; a run saved before the checks kept what they need says what is missing."""
+    totals, samples, faults = run["totals"], run["samples"], run["faults"]
+    recorded = {check["name"]: check for check in run["checks"]}
+    lines = []
+    records = totals.get("duplicate_records")
+    if records is None:
+        old = recorded.get("duplicates explained by faults", {})
+        lines.append(f"[not re-judged] duplicates: this run kept only counts by time window "
+                     f"({totals.get('duplicates_by_fault')}), not each duplicate's evidence (the fault or "
+                     f"connection loss between its two deliveries, whether its PUT was outstanding in one: "
+                     f"totals.duplicate_records); its own verdict: {'ok' if old.get('ok') else 'FAILED'}")
+    else:
+        check, _ = judge_duplicates(records, totals["duplicates"])
+        lines.append(f"[{'ok' if check.ok else 'FAILED'}] {check.name}: {check.detail}")
+    patterns = sorted({key for sample in samples for key in sample["total"] if not key.startswith("deliver:")})
+    # A run saved before they were kept: the default grace (benchmarks/soak.py has no option
+    # for it) and the end of the fault schedule (producing stopped a moment later).
+    grace = totals.get("grace", SoakConfig().grace)
+    producing_until = totals.get("producing_until", run["seconds"])
+    check = judge_stalls(samples, faults, patterns, grace, producing_until)
+    assumed = ("" if "grace" in totals else
+               f" (this run kept neither its grace nor the end of its posting: taken as {grace:g} s and its length)")
+    lines.append(f"[{'ok' if check.ok else 'FAILED'}] {check.name}: {check.detail}{assumed}")
+    return lines
+
+
 def analyse(path: str, stretch: float = 1800.0) -> None:
-    """Print a run's memory slopes (MB/min) per ``stretch`` seconds and over its last hour, and
-    the RSS change across each kind of fault against the quiet stretches between faults."""
+    """Print a run's memory slopes (MB/min) per ``stretch`` seconds and over its last hour, the
+    RSS change across each kind of fault against the quiet stretches between faults, and the
+    duplicates and stalls checks made again (:func:`rejudge`)."""
     with open(path, encoding="utf-8") as f:
         run = json.load(f)
     samples, faults = run["samples"], run["faults"]
@@ -109,6 +139,7 @@ def analyse(path: str, stretch: float = 1800.0) -> None:
     for kind, values in deltas.items():
         print(f"RSS across {kind:>8}: n={len(values):3} mean {sum(values) / len(values):+.3f} MB, "
               f"total {sum(values):+.2f} MB")
+    print("\n".join(rejudge(run)))
 
 
 def main() -> int:

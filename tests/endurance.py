@@ -11,9 +11,9 @@ process, ``tests/faulthost.py``, so this process holds only the client):
   domain), ``post_many`` with a durable outbox (persistent), ``post_many`` to a fan-out queue
   (persistent) read by two app ids; an ``on_message`` consumer and a ``get_batch`` consumer;
 * faults in turn: the proxy cuts every connection; the proxy stalls them for a few seconds;
-  the broker crashes (bmqbrkr: SIGKILL and restart on its storage; embedded: ``restart()``,
-  then its ``Faults``: dropped connections, withheld ACKs); every session is closed and
-  reopened;
+  the broker crashes (bmqbrkr: SIGKILL and restart on its storage, the fault lasting until the
+  broker serves a new session; embedded: ``restart()``, then its ``Faults``: dropped
+  connections, withheld ACKs); every session is closed and reopened;
 * every ``interval`` seconds a sample: throughput per pattern, blocking-post and
   ``post_async`` latency p50/p99, RSS, threads, open fds, writer-queue bytes, outbox
   messages, messages in flight.
@@ -58,6 +58,16 @@ WAIT_TIMEOUT = 60.0
 PAYLOAD_SIZE = 100
 #: Allowed RSS growth (MB) between the end of the warm-up and the end of the run.
 RSS_GROWTH_LIMIT_MB = 20.0
+#: Duplicate deliveries kept with their evidence for the end-of-run check (and the JSON); past
+#: this many a run has gone so wrong that the rest are only counted, and fail the check.
+MAX_DUPLICATE_RECORDS = 100_000
+#: What explains a duplicate whose PUT was outstanding (sent, not yet acknowledged) while a fault
+#: was under way or a session lost its connection: the client sent it again after reconnecting
+#: (same GUID), and the broker may store such a PUT twice (``../shared/protocol/FACTS.md`` 11.3).
+RESENT = "PUT outstanding in a fault (sent again)"
+#: The moment a session lost its connection with no fault under way (a loaded machine's missed
+#: heartbeats): at-least-once delivery allows the same redeliveries as after an injected cut.
+CONNECTION_LOST = "connection lost outside a fault"
 
 _ERROR_EVENTS = (events.Error, events.QueueReopenFailed, events.QueueSuspendFailed, events.QueueResumeFailed,
                  events.AuthenticationFailed)
@@ -73,7 +83,8 @@ class SoakConfig:
     fault_every: float = 30.0
     first_fault: float = 15.0
     stall_seconds: float = 3.0
-    #: After a fault ends, duplicates and errors within this many seconds are its doing.
+    #: After a fault ends, errors within this many seconds are its doing, and a pattern standing
+    #: still is not judged (duplicates are judged by what came between their deliveries).
     grace: float = 15.0
     #: RSS growth is measured from the first sample at or after this time (s).
     warmup: float = 60.0
@@ -113,7 +124,7 @@ class _Bits:
     __slots__ = ("data", "count")
 
     def __init__(self, capacity: int = 0) -> None:
-        self.data = bytearray(max(4096, capacity // 8 + 1))
+        self.data = bytearray(_bitmap_bytes(capacity))
         self.count = 0
 
     def set(self, seq: int) -> bool:
@@ -128,9 +139,30 @@ class _Bits:
         self.count += 1
         return True
 
+    def __contains__(self, seq: int) -> bool:
+        return _bit(self.data, seq)
+
     def as_int(self) -> int:
         """The bitmap as one integer (bit ``seq`` set for each recorded ``seq``)."""
         return int.from_bytes(self.data, "little")
+
+
+def _bitmap_bytes(capacity: int) -> int:
+    """Bytes of a bitmap allocated for ``capacity`` sequence numbers."""
+    return max(4096, capacity // 8 + 1)
+
+
+def _bit(data: bytearray, seq: int) -> bool:
+    """Whether bit ``seq`` of bitmap ``data`` is set (False past its end)."""
+    index = seq >> 3
+    return index < len(data) and bool(data[index] & (1 << (seq & 7)))
+
+
+def _copy_into(kept: bytearray, data: bytearray) -> None:
+    """Copy bitmap ``data`` into ``kept``, a buffer allocated once (grown only if ``data`` grew)."""
+    if len(kept) != len(data):
+        kept.extend(bytes(len(data) - len(kept)))
+    kept[:] = data
 
 
 def _popcount(value: int) -> int:
@@ -154,13 +186,21 @@ class _Stream:
     # streams only), and what the reader had received at the crash (scratch, reused)
     lost_to_crash: Dict[str, _Bits] = dataclasses.field(init=False)
     received_at_crash: Dict[str, bytearray] = dataclasses.field(init=False)
+    # The evidence for duplicates (see Ledger.fault_began): acked messages whose PUT was
+    # outstanding at a fault or connection loss; per reader, what it had received by the end of
+    # the latest one; and how many messages had been taken for posting by then.
+    resent: _Bits = dataclasses.field(init=False)
+    received_at_fault: Dict[str, bytearray] = dataclasses.field(init=False)
+    posted_at_fault: int = 0
 
     def __post_init__(self) -> None:
         self.acked = _Bits(self.capacity)
         self.received = {reader: _Bits(self.capacity) for reader in self.readers}
+        self.resent = _Bits(self.capacity)
+        self.received_at_fault = {reader: bytearray(_bitmap_bytes(self.capacity)) for reader in self.readers}
         crash_capacity = self.capacity if self.in_memory else 0
         self.lost_to_crash = {reader: _Bits(crash_capacity) for reader in self.readers}
-        self.received_at_crash = {reader: bytearray(len(_Bits(crash_capacity).data)) for reader in self.readers}
+        self.received_at_crash = {reader: bytearray(_bitmap_bytes(crash_capacity)) for reader in self.readers}
 
     def take(self, count: int) -> range:
         """The next ``count`` sequence numbers to post (one producer thread per stream: no lock)."""
@@ -169,15 +209,75 @@ class _Stream:
         return range(first, first + count)
 
 
-class Ledger:
-    """What was acknowledged and what was delivered, per stream and reader; duplicates with
-    their time. Thread-safe; :attr:`changed` is notified on every delivery."""
+class Duplicates:
+    """Duplicate deliveries, each with its evidence, in arrays (no object per duplicate): its
+    time, stream and reader, sequence number, and what happened between its two deliveries
+    (an index in :attr:`causes`, -1 for nothing). Past MAX_DUPLICATE_RECORDS only counted."""
 
     def __init__(self) -> None:
+        self.count = 0
+        self.times = array.array("d")
+        self.where = array.array("H")  # index in self.places
+        self.seqs = array.array("q")
+        self.between = array.array("h")  # index in self.causes, -1: no fault or loss between
+        self.places: List[Tuple[str, str]] = []  # (stream, reader)
+        self.causes: List[str] = []
+
+    def add(self, t: float, stream: str, reader: str, seq: int, between: Optional[str]) -> None:
+        """Record a duplicate delivery of ``seq`` of ``stream`` to ``reader`` at ``t``, after
+        ``between`` (the fault or loss since its earlier delivery; None: nothing)."""
+        self.count += 1
+        if len(self.times) >= MAX_DUPLICATE_RECORDS:
+            return
+        self.times.append(t)
+        self.where.append(_index(self.places, (stream, reader)))
+        self.seqs.append(seq)
+        self.between.append(-1 if between is None else _index(self.causes, between))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def nbytes(self) -> int:
+        """Memory of the arrays (the soak's own)."""
+        return sum(map(sys.getsizeof, (self.times, self.where, self.seqs, self.between)))
+
+    def records(self, t0: float, streams: Dict[str, "_Stream"]) -> List[Dict[str, Any]]:
+        """The kept duplicates as plain data for :func:`judge_duplicates` and the JSON: seconds
+        into the run, stream, reader, seq, ``between`` (a fault's kind, CONNECTION_LOST or
+        None) and ``resent`` (its PUT was outstanding at a fault or loss)."""
+        out = []
+        for t, where, seq, between in zip(self.times, self.where, self.seqs, self.between):
+            stream, reader = self.places[where]
+            out.append({"t": round(t - t0, 2), "stream": stream, "reader": reader, "seq": seq,
+                        "between": None if between < 0 else self.causes[between],
+                        "resent": seq in streams[stream].resent})
+        return out
+
+
+def _index(names: List[Any], name: Any) -> int:
+    """The index of ``name`` in ``names``, appended if new (a handful of names per run)."""
+    try:
+        return names.index(name)
+    except ValueError:
+        names.append(name)
+        return len(names) - 1
+
+
+class Ledger:
+    """What was acknowledged and what was delivered, per stream and reader; duplicates with the
+    evidence that may explain them (:meth:`fault_began`). Thread-safe; :attr:`changed` is
+    notified on every delivery. A connection lost within ``grace`` seconds of a fault's end is
+    that fault's doing."""
+
+    def __init__(self, grace: float = SoakConfig.grace) -> None:
         self._lock = threading.Lock()
         self.changed = threading.Condition(self._lock)
         self.streams: Dict[str, _Stream] = {}
-        self.duplicates = array.array("d")  # the time of each duplicate delivery
+        self.duplicates = Duplicates()
+        self._grace = grace
+        self._fault: Optional[str] = None  # the latest fault or connection loss
+        self._under_way = False  # a fault began and has not ended
+        self._fault_ended_at = float("-inf")  # monotonic
 
     def add(self, name: str, pattern: str, in_memory: bool, readers: Tuple[str, ...], capacity: int = 0
             ) -> _Stream:
@@ -187,10 +287,56 @@ class Ledger:
         return stream
 
     def acked(self, stream: _Stream, seqs: Sequence[int]) -> None:
-        """Record that the broker acknowledged ``seqs`` of ``stream``."""
+        """Record that the broker acknowledged ``seqs`` of ``stream``; those posted before the
+        latest fault or loss ended (and acknowledged after it began, being acknowledged now)
+        were outstanding during it: the client may have sent them again."""
         with self._lock:
+            outstanding_below = stream.posted if self._under_way else stream.posted_at_fault
             for seq in seqs:
                 stream.acked.set(seq)
+                if seq < outstanding_below:
+                    stream.resent.set(seq)
+
+    def fault_began(self, kind: str) -> None:
+        """A fault of ``kind`` begins: until :meth:`fault_ended`, a duplicate delivery is its
+        doing, and so is the PUT of a message acknowledged meanwhile (the evidence
+        :func:`judge_duplicates` judges on)."""
+        with self._lock:
+            self._fault, self._under_way = kind, True
+
+    def fault_ended(self) -> None:
+        """The fault begun by :meth:`fault_began` is over: keep what each reader has received
+        and how much each stream has posted by now (copied into buffers allocated once)."""
+        with self._lock:
+            self._under_way = False
+            self._fault_ended_at = time.monotonic()
+            self._mark()
+
+    def connection_lost(self, at: float, streams: Sequence[str] = (), readers: Sequence[str] = ()) -> None:
+        """A session lost its connection at ``at`` (monotonic): a moment like a fault's end for
+        the PUTs of its ``streams`` (a producer's, by name), or for its ``readers`` (a consumer's, once
+        they have taken what the session had received before the loss). During a fault or
+        within ``grace`` seconds of its end it is that fault's doing, else CONNECTION_LOST."""
+        with self._lock:
+            if readers and not self._under_way and at - self._fault_ended_at > self._grace:
+                self._fault = CONNECTION_LOST
+            self._mark(streams, readers)
+
+    def _mark(self, streams: Optional[Sequence[str]] = None, readers: Optional[Sequence[str]] = None) -> None:
+        """Keep how much ``streams`` posted and what ``readers`` received by now (None: all)."""
+        for stream in self.streams.values():
+            if streams is None or stream.name in streams:
+                stream.posted_at_fault = stream.posted
+            for reader, bits in stream.received.items():
+                if readers is None or reader in readers:
+                    _copy_into(stream.received_at_fault[reader], bits.data)
+
+    def _between(self, stream: _Stream, reader: str, seq: int) -> Optional[str]:
+        """The fault (or loss) between the earlier delivery of ``seq`` to ``reader`` and now:
+        the one under way, or the latest if the reader had it by its end; else None."""
+        if self._under_way or _bit(stream.received_at_fault[reader], seq):
+            return self._fault
+        return None
 
     def delivered(self, reader: str, payloads: Sequence[bytes], now: float) -> None:
         """Record that ``reader`` received ``payloads`` (``stream:seq:...`` each) at ``now``
@@ -201,7 +347,7 @@ class Ledger:
                 seq = int(seq_text)
                 stream = self.streams[name.decode()]
                 if not stream.received[reader].set(seq):
-                    self.duplicates.append(now)
+                    self.duplicates.add(now, stream.name, reader, seq, self._between(stream, reader, seq))
             self.changed.notify_all()
 
     def counts(self) -> Dict[str, int]:
@@ -242,9 +388,10 @@ class Ledger:
         """Memory the ledger holds (its bitmaps, crash bookkeeping and duplicates): the soak's own,
         sampled so that it is not mistaken for the client's."""
         with self._lock:
-            total = sys.getsizeof(self.duplicates)
+            total = self.duplicates.nbytes()
             for stream in self.streams.values():
                 total += sys.getsizeof(stream.acked.data) + sum(sys.getsizeof(b.data) for b in stream.received.values())
+                total += sys.getsizeof(stream.resent.data) + sum(map(sys.getsizeof, stream.received_at_fault.values()))
                 total += sum(sys.getsizeof(b.data) for b in stream.lost_to_crash.values())
                 total += sum(map(sys.getsizeof, stream.received_at_crash.values()))
             return total
@@ -257,10 +404,7 @@ class Ledger:
                 if not stream.in_memory:
                     continue
                 for reader, bits in stream.received.items():
-                    kept = stream.received_at_crash[reader]
-                    if len(kept) != len(bits.data):
-                        kept.extend(bytes(len(bits.data) - len(kept)))
-                    kept[:] = bits.data
+                    _copy_into(stream.received_at_crash[reader], bits.data)
 
     def all_delivered(self) -> bool:
         """Every acked message delivered to each of its readers (or lost with a crashed broker's
@@ -341,7 +485,18 @@ class _Role:
 
     def options(self) -> bmq.SessionOptions:
         """The options of every session of this role."""
-        return bmq.SessionOptions(reconnect=RECONNECT, on_event=self.soak.on_event)
+        return bmq.SessionOptions(reconnect=RECONNECT, on_event=self.on_event)
+
+    def on_event(self, event: events.SessionEvent) -> None:
+        """The session's ``on_event``: counted by the soak; a lost connection is evidence for
+        the duplicates (:meth:`connection_lost`)."""
+        self.soak.on_event(event)
+        if isinstance(event, events.ConnectionLost):
+            self.connection_lost(time.monotonic())
+
+    def connection_lost(self, at: float) -> None:
+        """Tell the ledger that this role's session lost its connection at ``at``."""
+        raise NotImplementedError
 
     def open(self) -> None:
         """Open ``self.session`` and its queues."""
@@ -455,6 +610,11 @@ class _Producer(_Role):
         super().__init__(soak, name)
         self.uri = uri
         self.latencies: List[float] = []  # seconds; appended by workers or the reader thread
+        self.streams: List[_Stream] = []  # what it posts
+
+    def connection_lost(self, at: float) -> None:
+        """Its PUTs outstanding at the loss may be sent again."""
+        self.soak.ledger.connection_lost(at, streams=[stream.name for stream in self.streams])
 
     def open(self) -> None:
         self.session = bmq.Session(self.soak.address, self.options())
@@ -498,6 +658,7 @@ class _AsyncPoster(_Producer):
         super().__init__(soak, "post_async", uri)
         self.window = window
         self.stream = soak.ledger.add("async", "post_async", True, ("callback-async",), soak.capacity(rate))
+        self.streams = [self.stream]
         self._paced = _Paced(rate / self.UNIT, self.stopping)
         self._cond = threading.Condition()
         self._in_flight = 0
@@ -555,6 +716,7 @@ class _ManyPoster(_Producer):
         self.chunk = chunk
         self.outbox = outbox
         self.stream = soak.ledger.add(name, name, False, readers, soak.capacity(rate))
+        self.streams = [self.stream]
         self._paced = _Paced(rate / chunk, self.stopping)
 
     def options(self) -> bmq.SessionOptions:
@@ -577,6 +739,11 @@ class _CallbackConsumer(_Role):
     def __init__(self, soak: "_Soak", uris: Dict[str, str]) -> None:
         super().__init__(soak, "callback")
         self.uris = uris  # reader name -> URI
+
+    def connection_lost(self, at: float) -> None:
+        """On the dispatcher thread, which ran the callbacks of every message received before
+        the loss first: its readers have them."""
+        self.soak.ledger.connection_lost(at, readers=tuple(self.uris))
 
     def open(self) -> None:
         self.session = session = bmq.Session(self.soak.address, self.options())
@@ -601,20 +768,29 @@ class _BatchConsumer(_Role):
         self.readers = list(uris)
         self.uris = uris
         self.threads = len(uris)
+        self._lost_at: List[Optional[float]] = [None] * self.threads  # per worker: a loss not yet told
+
+    def connection_lost(self, at: float) -> None:
+        """Each worker tells the ledger after its next batch: what the session had received
+        before the loss waits in the queue's inbox (up to its 1,000 unconfirmed messages) until
+        a ``get_batch`` of up to 2,000 begun after the loss takes it."""
+        self._lost_at = [at] * self.threads
 
     def open(self) -> None:
         self.session = session = bmq.Session(self.soak.address, self.options())
         self.queues = [session.open_queue(self.uris[reader], read=True, batches=True) for reader in self.readers]
 
     def work(self, index: int) -> None:
+        lost_at, self._lost_at[index] = self._lost_at[index], None
         batch = self.queues[index].get_batch(max_messages=2000, timeout=0.2)
-        if batch is None:
-            return
-        payloads, offsets = batch.payloads, batch.offsets
-        self.soak.ledger.delivered(self.readers[index],
-                                   [payloads[offsets[i]:offsets[i + 1]] for i in range(len(batch))],
-                                   time.monotonic())
-        batch.confirm()
+        if batch is not None:
+            payloads, offsets = batch.payloads, batch.offsets
+            self.soak.ledger.delivered(self.readers[index],
+                                       [payloads[offsets[i]:offsets[i + 1]] for i in range(len(batch))],
+                                       time.monotonic())
+            batch.confirm()
+        if lost_at is not None:
+            self.soak.ledger.connection_lost(lost_at, readers=(self.readers[index],))
 
 
 class _Traffic:
@@ -858,7 +1034,7 @@ class _Soak:
     def __init__(self, config: SoakConfig, address: str) -> None:
         self.config = config
         self.address = address
-        self.ledger = Ledger()
+        self.ledger = Ledger(config.grace)
         self.stopping = threading.Event()
         self.t0 = time.monotonic()
         self._lock = threading.Lock()
@@ -1053,7 +1229,11 @@ def _inject_faults(config: SoakConfig, host: FaultHost, real: Any, soak: _Soak, 
             continue
         kind = kinds[len(faults) % len(kinds)]
         start = time.monotonic()
-        detail = _inject(kind, host, real, soak, roles, config)
+        soak.ledger.fault_began(kind)
+        try:
+            detail = _inject(kind, host, real, soak, roles, config)
+        finally:
+            soak.ledger.fault_ended()
         faults.append({"kind": kind, "start": round(start - soak.t0, 2), "end": round(time.monotonic() - soak.t0, 2),
                        "detail": detail})
         config.log(f"  t={start - soak.t0:6.1f}s fault {kind}: {detail}")
@@ -1093,7 +1273,9 @@ def _inject(kind: str, host: FaultHost, real: Any, soak: _Soak, roles: List[_Rol
         soak.ledger.snapshot_received()
         real.start()
         soak.ledger.note_crash()
-        return f"bmqbrkr SIGKILLed and restarted on its storage (pid {real.pid})"
+        serving = _until_serving(real.address, soak)
+        return (f"bmqbrkr SIGKILLed and restarted on its storage (pid {real.pid}), serving a new session "
+                f"after {serving:.1f} s")
     if kind == "restart":
         host.do("restart")
         return "embedded broker restart() (every client dropped, queues kept)"
@@ -1108,6 +1290,35 @@ def _inject(kind: str, host: FaultHost, real: Any, soak: _Soak, roles: List[_Rol
             role.reopen()
         return f"{len(roles)} sessions closed and reopened"
     raise ValueError(kind)
+
+
+def _until_serving(address: str, soak: _Soak) -> float:
+    """Seconds until a new session straight to ``address`` (not through the proxy) has a post
+    to a persistent queue acknowledged and its message back. A restarted bmqbrkr listens (which
+    is all ``RealBroker.start`` waits for) before it has recovered its storage, and a client
+    waits meanwhile: that is the crash's time, not the clients'; a client still stalled after it
+    is judged.
+
+    Raises:
+        bmq.Error: still not served after WAIT_TIMEOUT (each refusal recorded as an error).
+    """
+    start = time.monotonic()
+    uri = f"bmq://bmq.test.persistent.priority/soak-probe-{os.getpid()}"
+    while True:
+        try:
+            with bmq.Session(address, bmq.SessionOptions(connect_timeout=WAIT_TIMEOUT)) as session:
+                queue = session.open_queue(uri, read=True, write=True, timeout=WAIT_TIMEOUT)
+                queue.post(b"probe")
+                message = queue.get(timeout=WAIT_TIMEOUT)
+                if message is None:
+                    raise bmq.TimeoutError(f"the probe's message did not come back within {WAIT_TIMEOUT} s")
+                message.confirm()
+            return time.monotonic() - start
+        except bmq.Error as exc:
+            soak.error("crash probe", exc)
+            if time.monotonic() - start > WAIT_TIMEOUT:
+                raise
+        soak.stopping.wait(0.5)  # before asking the restarted broker again
 
 
 def _settle(baseline: Dict[str, float]) -> Tuple[int, int]:
@@ -1160,7 +1371,8 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
         return _fault_overlapping(faults, t - t0, t - t0, config.grace) or "unexplained"
 
     per_stream, missing_total, lost_total = _account(ledger)
-    dup_by_fault = dict(collections.Counter(cause(t) for t in ledger.duplicates))
+    duplicates = ledger.duplicates.records(t0, ledger.streams)
+    duplicates_check, dup_by_cause = judge_duplicates(duplicates, len(ledger.duplicates))
     errors_by_fault = dict(collections.Counter(cause(t) for t, *_ in soak.errors))
     unexplained_errors = [f"t={t - t0:.1f}s {where}: {what}" for t, where, what in soak.errors
                           if cause(t) == "unexplained"]
@@ -1173,14 +1385,13 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
     # The slope over the second half of the run (its last hour at most): what still grows
     # once start-up and the allocator's filling are behind.
     late = slopes(samples, min(3600.0, (samples[-1]["t"] if samples else 0.0) / 2))
-    quiet_stalls = _stalled_intervals([s for s in samples if s["t"] <= producing_until], faults, config, ledger)
+    patterns = sorted({stream.pattern for stream in ledger.streams.values()})
     checks = [
         Check("every acknowledged message delivered", delivered and missing_total == 0,
               f"missing {missing_total} of {sum(s.acked.count for s in ledger.streams.values())} acked"
               + (f"; {lost_total} in-memory messages acked before a bmqbrkr SIGKILL and lost with its memory"
                  if lost_total else "") + f"; final drain {drain_seconds:.1f} s"),
-        Check("duplicates explained by faults", dup_by_fault.get("unexplained", 0) == 0,
-              f"{len(ledger.duplicates)} duplicates: {dup_by_fault or 'none'}"),
+        duplicates_check,
         Check(f"RSS growth after {warm['t'] if warm else 0:.0f} s <= {RSS_GROWTH_LIMIT_MB:g} MB",
               rss_growth <= RSS_GROWTH_LIMIT_MB,
               f"{warm['rss_mb'] if warm else 0:.1f} MB -> {last['rss_mb'] if last else 0:.1f} MB "
@@ -1194,13 +1405,13 @@ def _judge(config: SoakConfig, soak: _Soak, samples: List[Dict[str, Any]], fault
         Check("no error but those the faults explain", not unexplained_errors,
               f"{len(soak.errors)} errors: {errors_by_fault or 'none'}"
               + (f"; unexplained: {unexplained_errors[:5]}" if unexplained_errors else "")),
-        Check("every pattern moved in every interval without a fault", not quiet_stalls,
-              f"stalled: {quiet_stalls[:5]}" if quiet_stalls else "yes"),
+        judge_stalls(samples, faults, patterns, config.grace, producing_until),
         Check("faults injected", bool(faults),
               ", ".join(f"{k} x{sum(f['kind'] == k for f in faults)}" for k in _fault_kinds(real)
                         if any(f["kind"] == k for f in faults))),
     ]
-    totals = {"streams": per_stream, "duplicates": len(ledger.duplicates), "duplicates_by_fault": dup_by_fault,
+    totals = {"streams": per_stream, "duplicates": len(ledger.duplicates), "duplicates_by_fault": dup_by_cause,
+              "duplicate_records": duplicates, "grace": config.grace, "producing_until": round(producing_until, 2),
               "errors": [(round(t - t0, 2), w, e) for t, w, e in soak.errors[:200]], "errors_by_fault": errors_by_fault,
               "events": soak.event_counts, "baseline": baseline, "end": end, "drain_seconds": round(drain_seconds, 2),
               "rss_warm_mb": warm["rss_mb"] if warm else None, "rss_end_mb": last["rss_mb"] if last else None,
@@ -1229,15 +1440,63 @@ def slopes(samples: List[Dict[str, Any]], window: float) -> Dict[str, float]:
     return out
 
 
-def _stalled_intervals(samples: List[Dict[str, Any]], faults: List[Dict[str, Any]], config: SoakConfig,
-                       ledger: Ledger) -> List[str]:
-    """Sample intervals touching no fault window in which some pattern acked nothing."""
-    patterns = sorted({stream.pattern for stream in ledger.streams.values()})
-    stalled = []
-    for before, after in zip(samples, samples[1:]):
-        if _fault_overlapping(faults, before["t"], after["t"], config.grace) is not None:
+def judge_duplicates(records: List[Dict[str, Any]], count: int) -> Tuple[Check, Dict[str, int]]:
+    """The duplicates check, from :meth:`Duplicates.records` (``count``: every duplicate, kept
+    or not), with the number per cause.
+
+    BlazingMQ delivers at least once: a message comes again only if its consumer's connection
+    or session went away, or the broker restarted, before the broker had its confirmation; or
+    if the client sent its PUT again after a reconnect. So a duplicate is explained when a
+    fault or a connection loss came between its two deliveries (``between``: its kind), or
+    while its PUT was outstanding (``resent``), whenever the redelivery comes; one with neither
+    is a real finding. Duplicates past the ones kept are not judged and fail the check.
+    """
+    causes = collections.Counter(record["between"] or (RESENT if record["resent"] else "unexplained")
+                                 for record in records)
+    if count > len(records):
+        causes["not judged (past the ones kept)"] = count - len(records)
+    unexplained = [f"{r['stream']}:{r['seq']} to {r['reader']} at {r['t']:.1f}s" for r in records
+                   if not r["between"] and not r["resent"]]
+    detail = (f"{count} duplicates: {dict(causes) or 'none'}"
+              + (f"; with no fault or connection loss between their deliveries or during their PUT: "
+                 f"{unexplained[:5]}" if unexplained else ""))
+    return Check("duplicates explained by faults", count == len(records) and not unexplained, detail), dict(causes)
+
+
+def judge_stalls(samples: List[Dict[str, Any]], faults: List[Dict[str, Any]], patterns: Sequence[str],
+                 grace: float, producing_until: float) -> Check:
+    """The stalls check, over the sample intervals touching no fault window (up to
+    ``producing_until``). Each pattern has its own session and threads: one that acknowledged
+    nothing while another moved stalled on its own. An interval in which every pattern stood
+    still is the machine's doing only if the soak's own sampler came late too (over 1.5 times
+    the usual interval: the whole process was held up); with the sampler on time, everything
+    stopped while the client's process ran: the broker or bmq as a whole. That fails too,
+    naming the latest fault before each such interval (the evidence to look at)."""
+    gaps = sorted(after["t"] - before["t"] for before, after in zip(samples, samples[1:]))
+    usual = gaps[len(gaps) // 2] if gaps else 0.0
+    own: List[str] = []
+    together: List[str] = []
+    held_up: List[str] = []
+    chosen = [sample for sample in samples if sample["t"] <= producing_until]
+    for before, after in zip(chosen, chosen[1:]):
+        if _fault_overlapping(faults, before["t"], after["t"], grace) is not None:
             continue
-        for pattern in patterns:
-            if after["total"].get(pattern, 0) == before["total"].get(pattern, 0):
-                stalled.append(f"{pattern} {before['t']:.0f}-{after['t']:.0f}s")
-    return stalled
+        span = f"{before['t']:.0f}-{after['t']:.0f}s"
+        still = [p for p in patterns if after["total"].get(p, 0) == before["total"].get(p, 0)]
+        if len(patterns) < 2 or len(still) < len(patterns):
+            own.extend(f"{pattern} {span}" for pattern in still)
+        elif after["t"] - before["t"] > 1.5 * usual:
+            held_up.append(span)
+        else:
+            latest = next((fault for fault in reversed(faults) if fault["start"] <= before["t"]), None)
+            since = f" ({before['t'] - latest['end']:.0f} s after a {latest['kind']})" if latest else ""
+            together.append(span + since)
+    parts = [f"stalled while the others moved: {own[:5]}"] if own else []
+    if together:
+        parts.append(f"every pattern at once while the soak's sampler ran on time (the broker or bmq as a whole, "
+                     f"not the machine) in {len(together)} intervals: {together[:5]}")
+    if held_up:
+        parts.append(f"every pattern at once with the soak's process held up too (the machine, not judged) in "
+                     f"{len(held_up)} intervals: {held_up[:5]}")
+    return Check("no stall outside a fault window but the machine's", not own and not together,
+                 "; ".join(parts) or "yes")

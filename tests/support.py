@@ -101,3 +101,11 @@ def sigusr1_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+def sigint_at_default() -> None:
+    """``preexec_fn`` of a child that must take Ctrl-C (SIGINT) as at a terminal. A shell
+    without job control starts its background jobs with SIGINT ignored (CI's pieces are started
+    with it at its default again, ``.ci/lib.sh``; a user's ``pytest ... &`` in a script is not),
+    and a child inherits that: it would not see the signal the test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -2,9 +2,9 @@
 minutes): ~35 s of mixed traffic per broker through a fault every 5 s, so that a change which
 loses a message, stores one twice, or leaks memory, threads or file descriptors per reconnect
 fails here. The thresholds (RSS growth <= 20 MB after the first 10 s; threads and fds back to
-their baseline; nothing missing; duplicates and errors only inside a fault's window) hold with
-a wide margin on a loaded 2-core machine: RSS grows ~2 MB in such a run, and the rates are a
-fraction of what the client sustains.
+their baseline; nothing missing; duplicates only with a fault between their deliveries, errors
+only inside a fault's window) hold with a wide margin on a loaded 2-core machine: RSS grows
+~2 MB in such a run, and the rates are a fraction of what the client sustains.
 """
 from __future__ import annotations
 

@@ -6,17 +6,17 @@ address: it runs twice, against the embedded broker (``[embedded]``) and against
 bmqbrkr (``[bmqbrkr]``), and must observe the same. Tests that use the embedded broker's own API (faults, inspection) take
 ``broker`` and run against it alone.
 
-Spark starts its Python workers with ``PYSPARK_PYTHON``; they must import this checkout's
-``bmq`` (with its built extension), so the interpreter and ``PYTHONPATH`` are set before the
-JVM starts. Without pyspark or Java the Spark tests skip, except under ``CI=true`` where
-they fail: CI must run them.
+Spark's Python workers must import this checkout's ``bmq`` (with its built extension): the
+interpreter and ``PYTHONPATH`` are set before the JVM starts (``spark_support.py``, shared
+with the driver program of the tests that run Spark in processes of their own). Without
+pyspark or Java the Spark tests skip, except under ``CI=true`` where they fail: CI must run
+them.
 """
 from __future__ import annotations
 
 import inspect
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -24,8 +24,7 @@ import pytest
 
 import bmq
 from bmq.broker import Broker
-
-ROOT = Path(__file__).resolve().parents[2]
+from spark_support import prepare_environment, spark_session
 
 
 @pytest.fixture(scope="module")
@@ -81,26 +80,9 @@ def spark() -> Iterator["object"]:
     """A ``local[2,2]`` SparkSession (2 threads; a failed task is retried once) with bmq registered."""
     if not _java_available():
         _missing("a Java 17+ runtime is needed for Spark (JAVA_HOME or java on PATH)")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    path = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)
-    from pyspark.sql import SparkSession
-
-    from bmq.spark import BlazingMQDataSource
-
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("bmq-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(BlazingMQDataSource)
+    prepare_environment()
+    session = spark_session("local[2,2]", "bmq-tests",
+                            {"spark.driver.memory": "1g", "spark.python.worker.reuse": "true"})
     try:
         yield session
     finally:

@@ -13,7 +13,8 @@ streaming copy of a queue into parquet that the test kills (SIGKILL of the drive
 group) and runs again from its checkpoint.
 
 The executors' Python workers import bmq from this checkout: ``PYSPARK_PYTHON`` is this
-interpreter and ``PYTHONPATH`` (the executors' too) starts with the checkout.
+interpreter and ``PYTHONPATH`` (the executors' too) starts with the checkout. The session is
+set up as the tests' own (``spark_support.py``, beside this script).
 """
 from __future__ import annotations
 
@@ -27,14 +28,11 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
-ROOT = Path(__file__).resolve().parents[2]
+from spark_support import prepare_environment, spark_session
 
 
 def _environment() -> None:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    path = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)
+    prepare_environment()
     import pyspark
 
     # local-cluster starts executors with SPARK_HOME/bin/spark-class: pyspark's package has it.
@@ -42,25 +40,12 @@ def _environment() -> None:
 
 
 def _session(master: str) -> Any:
-    from pyspark.sql import SparkSession
-
-    from bmq.spark import BlazingMQDataSource
-
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("bmq-tests-driver")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
-        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-        .config("spark.executor.memory", "768m")
-        .config("spark.task.maxFailures", "4")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(BlazingMQDataSource)
-    return spark
+    return spark_session(master, "bmq-tests-driver", {
+        "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"],
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        "spark.executor.memory": "768m",
+        "spark.task.maxFailures": "4",
+    })
 
 
 def _executor_jvm() -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bmq.broker._rawclient import RawClient
+from support import sigint_at_default
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,9 +26,7 @@ def test_module_runs_until_interrupted_and_logs_sessions() -> None:
         text=True,
         env=env,
         cwd=ROOT,
-        # Ctrl-C as at a terminal: a test run started in the background by a shell without job
-        # control (CI's pieces) inherits SIGINT ignored, and so would the broker.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=sigint_at_default,
     )
     try:
         banner = proc.stdout.readline()  # type: ignore[union-attr]

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from bmq.broker import Broker
+from support import sigint_at_default
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -384,10 +385,7 @@ def test_ctrl_c_during_post_says_how_many_were_acknowledged(broker_address):
         # acknowledged, so the 21st message here proves 20 acknowledged.
         post = subprocess.Popen([sys.executable, "-m", "bmq", "post", uri, "--broker", broker_address,
                                  "--count", "100000", "--rate", "200"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=env, cwd=ROOT,
-                                # Ctrl-C as at a terminal: a test run started in the background by a
-                                # shell without job control (CI's pieces) inherits SIGINT ignored.
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                stderr=subprocess.PIPE, env=env, cwd=ROOT, preexec_fn=sigint_at_default)
         try:
             for _ in range(21):
                 message = consumer.get(timeout=60)

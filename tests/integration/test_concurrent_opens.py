@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, List
+from typing import Any, Iterator, List
 
 import pytest
 
@@ -44,47 +44,60 @@ def _hold_the_open(session: bmq.Session, waiting: threading.Event, inside: threa
     handles.open = held_open  # type: ignore[method-assign]
 
 
-def _open_in_thread(session: bmq.Session, uri: str, **kwargs: Any) -> "tuple[threading.Thread, List[Any]]":
-    opened: List[Any] = []
-    thread = threading.Thread(target=lambda: opened.append(session.open_queue(uri, **kwargs)), daemon=True)
-    thread.start()
-    return thread, opened
+class _OpenUnderWay:
+    """``open_queue(uri, write=True)`` in another thread, held by :func:`_hold_the_open` until
+    a thread waits for it or :meth:`release` lets it go on."""
+
+    def __init__(self, session: bmq.Session) -> None:
+        self.uri = f"bmq://bmq.test.mem.priority/concurrent-open-{next(_names)}-{id(session)}"
+        self._waiting, inside = threading.Event(), threading.Event()
+        _hold_the_open(session, self._waiting, inside)
+        self._opened: List[Any] = []
+        self._thread = threading.Thread(
+            target=lambda: self._opened.append(session.open_queue(self.uri, write=True)), daemon=True)
+        self._thread.start()
+        assert inside.wait(30.0)
+
+    def release(self) -> None:
+        """Let the held open go on (as a thread waiting for it would)."""
+        self._waiting.set()
+
+    def result(self) -> Any:
+        """The queue the thread's open_queue() returned, once it has."""
+        self._thread.join(30.0)
+        assert len(self._opened) == 1
+        return self._opened[0]
+
+    def close(self) -> None:
+        """Let the open go on and wait for its thread (after the test, whatever it did)."""
+        self.release()
+        self._thread.join(30.0)
 
 
-def test_an_open_with_the_same_arguments_waits_and_shares_the_handle(session):
-    uri = f"bmq://bmq.test.mem.priority/concurrent-open-{next(_names)}-{id(session)}"
-    waiting, inside = threading.Event(), threading.Event()
-    _hold_the_open(session, waiting, inside)
-    thread, opened = _open_in_thread(session, uri, write=True)
-    assert inside.wait(30.0)
-    queue = session.open_queue(uri, write=True)  # waits for the first open
-    thread.join(30.0)
-    assert opened == [queue] and queue.state is bmq.QueueState.OPEN
+@pytest.fixture
+def open_under_way(session: bmq.Session) -> Iterator[_OpenUnderWay]:
+    """An open of a fresh queue under way in another thread, held until a thread waits for it."""
+    under_way = _OpenUnderWay(session)
+    yield under_way
+    under_way.close()
+
+
+def test_an_open_with_the_same_arguments_waits_and_shares_the_handle(session, open_under_way):
+    queue = session.open_queue(open_under_way.uri, write=True)  # waits for the first open
+    assert open_under_way.result() is queue and queue.state is bmq.QueueState.OPEN
     assert queue.post(b"shared").status is bmq.AckStatus.SUCCESS
 
 
-def test_an_open_with_other_arguments_is_refused_naming_the_difference(session):
-    uri = f"bmq://bmq.test.mem.priority/concurrent-open-{next(_names)}-{id(session)}"
-    waiting, inside = threading.Event(), threading.Event()
-    _hold_the_open(session, waiting, inside)
-    thread, opened = _open_in_thread(session, uri, write=True)
-    assert inside.wait(30.0)
+def test_an_open_with_other_arguments_is_refused_naming_the_difference(session, open_under_way):
     with pytest.raises(bmq.QueueStateError, match=r"already open .*read=False \(asked: True\)"):
-        session.open_queue(uri, read=True, write=True)
-    waiting.set()  # let the first open go on
-    thread.join(30.0)
-    assert opened and opened[0].state is bmq.QueueState.OPEN
+        session.open_queue(open_under_way.uri, read=True, write=True)
+    open_under_way.release()  # let the first open go on
+    assert open_under_way.result().state is bmq.QueueState.OPEN
     with pytest.raises(bmq.QueueStateError, match=r"options=.*\(asked: "):
-        session.open_queue(uri, write=True, options=bmq.QueueOptions(max_unconfirmed_messages=7))
+        session.open_queue(open_under_way.uri, write=True, options=bmq.QueueOptions(max_unconfirmed_messages=7))
 
 
-def test_a_post_by_uri_during_the_open_waits_for_it(session):
-    uri = f"bmq://bmq.test.mem.priority/concurrent-open-{next(_names)}-{id(session)}"
-    waiting, inside = threading.Event(), threading.Event()
-    _hold_the_open(session, waiting, inside)
-    thread, opened = _open_in_thread(session, uri, write=True)
-    assert inside.wait(30.0)
-    future = session.post_async(uri, b"posted while opening")  # waits for the open, then posts
+def test_a_post_by_uri_during_the_open_waits_for_it(session, open_under_way):
+    future = session.post_async(open_under_way.uri, b"posted while opening")  # waits for the open, then posts
     assert future.result(30.0).status is bmq.AckStatus.SUCCESS
-    thread.join(30.0)
-    assert opened and opened[0].state is bmq.QueueState.OPEN
+    assert open_under_way.result().state is bmq.QueueState.OPEN

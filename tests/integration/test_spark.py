@@ -35,6 +35,7 @@ import bmq  # noqa: E402
 from bmq.broker import Broker  # noqa: E402
 from bmq.spark import BlazingMQDataSource  # noqa: E402
 from bmq.spark._writer import BlazingMQWriter  # noqa: E402
+from spark_support import drain  # noqa: E402
 from support import until  # noqa: E402
 
 
@@ -46,23 +47,6 @@ def broker() -> Iterator[Broker]:
 
 def new_queue(name: str) -> str:
     return f"bmq://bmq.test.mem.priority/spark-{name}-{uuid.uuid4().hex[:8]}"
-
-
-def drain(broker: Broker, uri: str, expected: int, timeout: float = 60.0) -> List[Any]:
-    """Every message a bmq consumer receives from ``uri`` until ``expected`` came and then
-    the queue stays quiet for a moment (so that extra messages would be seen)."""
-    received: List[Any] = []
-    with bmq.Session(broker=broker.address) as session:
-        queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=5000))
-        while True:
-            message = queue.get(timeout=timeout if len(received) < expected else 0.5)
-            if message is None:
-                break
-            received.append(message)
-            if len(received) % 1000 == 0:
-                session.confirm_many(received[-1000:])
-        session.confirm_many(received[len(received) - len(received) % 1000 :])
-    return received
 
 
 def post(broker: Broker, uri: str, payloads: List[bytes]) -> None:
@@ -90,7 +74,7 @@ def test_write_100k_rows_from_4_partitions_with_properties(spark: SparkSession, 
         (F.col("id") % 2 == 0).alias("even"),
     )
     write(df, broker, uri, propertyColumns="mod,even")
-    received = drain(broker, uri, 100_000)
+    received = drain(broker.address, uri, 100_000)
     assert len(received) == 100_000
     by_payload = {message.data: message for message in received}
     assert len(by_payload) == 100_000
@@ -319,7 +303,7 @@ def test_stream_moves_20k_messages_and_loses_none_across_a_failure(
         assert broker.wait_for(lambda: len(broker.queue_messages(target)) >= 20_000, timeout=120)
     finally:
         restarted.stop()
-    received = drain(broker, target, 20_000)
+    received = drain(broker.address, target, 20_000)
     payloads = [message.data for message in received]
     # None lost; the copy's GUIDs come from the source GUIDs, so the broker also removed the
     # duplicates the replay produced.
@@ -386,7 +370,7 @@ def test_available_now_drains_a_queue_ten_batches_deep(spark: SparkSession, requ
     _, rows = run_available_now(spark, target.address, uri, 240, maxMessagesPerBatch="1000")
     assert sorted(rows) == sorted(payloads)  # all of them, each once
     # ... and every one confirmed: nothing is left for the next consumer.
-    assert drain(target, uri, 0) == []
+    assert drain(target.address, uri, 0) == []
 
 
 @contextlib.contextmanager
@@ -423,7 +407,7 @@ def test_available_now_reads_a_whole_backlog_on_a_loaded_machine(spark: SparkSes
                                 during=lambda: cpu_load_once_consumed(bmqbrkr.address, uri, 2),
                                 maxMessagesPerBatch="10000", pollTimeout="0.05")
     assert sorted(rows) == sorted(payloads)
-    assert drain(bmqbrkr, uri, 0) == []
+    assert drain(bmqbrkr.address, uri, 0) == []
 
 
 # ---- threads ---------------------------------------------------------------------------------------
@@ -444,7 +428,7 @@ def test_three_dataframes_written_at_once_from_a_thread_pool(spark: SparkSession
     with ThreadPoolExecutor(3, initializer=activate, initargs=(spark,)) as pool:
         list(pool.map(write_one, range(3)))
     for index, uri in enumerate(uris):
-        payloads = [message.data for message in drain(bmqbrkr, uri, 2_000)]
+        payloads = [message.data for message in drain(bmqbrkr.address, uri, 2_000)]
         assert sorted(payloads) == sorted(f"t{index}-{i}".encode() for i in range(2_000))
 
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import pytest
 
@@ -30,6 +30,7 @@ except ImportError as e:  # pyspark is the optional 'spark' extra; CI must have 
     pytest.skip(f"pyspark>=4 is needed: pip install 'bmq[spark]' ({e})", allow_module_level=True)
 
 import bmq  # noqa: E402
+from spark_support import drain  # noqa: E402
 from support import until  # noqa: E402
 
 DRIVER = Path(__file__).with_name("spark_driver.py")
@@ -61,21 +62,6 @@ def run_driver(scenario: str, work: Path, *args: str, timeout: float = 900) -> D
     return json.loads((work / "result.json").read_text())
 
 
-def drain(address: str, uri: str, expected: int, timeout: float = 60.0) -> List[bytes]:
-    """Every payload a consumer receives from ``uri``, until ``expected`` came and the queue
-    then stays quiet for 1 s (so that extra messages would be seen)."""
-    payloads: List[bytes] = []
-    with bmq.Session(broker=address) as session:
-        queue = session.open_queue(uri, read=True, options=bmq.QueueOptions(max_unconfirmed_messages=5000),
-                                   batches=True)
-        while True:
-            batch = queue.get_batch(5000, timeout=timeout if len(payloads) < expected else 1.0)
-            if batch is None:
-                return payloads
-            payloads.extend(batch.payload(index) for index in range(len(batch)))
-            batch.confirm()
-
-
 @pytest.fixture(scope="module")
 def cluster_run(bmqbrkr: Any, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
     """One local-cluster application: a write, an AvailableNow read, a write losing an executor."""
@@ -105,7 +91,7 @@ def test_executor_killed_mid_write_leaves_each_row_once(cluster_run: Dict[str, A
     assert {(ack["partition"], ack["attempt"]) for ack in acks if not ack.get("stalled")} >= {(0, 1), (1, 0), (2, 0), (3, 0)}
     assert sum(ack["acked"] for ack in acks) == ROWS + ROWS // 8
     # ... and the queue holds each row once: the retry's GUIDs matched the lost attempt's.
-    payloads = drain(bmqbrkr.address, cluster_run["queue"] + "-kill", ROWS)
+    payloads = [message.data for message in drain(bmqbrkr.address, cluster_run["queue"] + "-kill", ROWS)]
     assert sorted(payloads) == sorted(f"k{i}".encode() for i in range(ROWS))
 
 

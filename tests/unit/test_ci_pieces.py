@@ -2,6 +2,7 @@
 fails the whole run, however the others and the main suite did."""
 from __future__ import annotations
 
+import signal
 import subprocess
 from pathlib import Path
 
@@ -26,6 +27,15 @@ def test_pieces_that_pass_let_the_wait_pass() -> None:
     result = _pieces("ci_background one true", "ci_background two true", "ci_wait_all")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[ci] one: passed" in result.stdout and "[ci] two: passed" in result.stdout
+
+
+def test_a_piece_takes_ctrl_c_as_from_a_terminal() -> None:
+    # Bash starts its background jobs with SIGINT and SIGQUIT ignored; a piece's tests that
+    # interrupt a child rely on them being at their default.
+    result = _pieces("ci_background signals grep SigIgn /proc/self/status", "ci_wait_all")
+    ignored = int(result.stdout.split("SigIgn:")[1].split()[0], 16)
+    for number in (signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE):
+        assert not ignored & (1 << (number - 1)), f"{number.name} ignored: {result.stdout}"
 
 
 def test_ci_run_starts_the_pieces_before_the_suite_and_waits_for_them_at_the_end() -> None:

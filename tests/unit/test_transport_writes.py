@@ -5,10 +5,11 @@ their next PUTs together, and what such a wave holds is never left unwritten. A 
 fails is reported to the owner, however late its thread gets round to it."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -196,34 +197,44 @@ class _HoldSenderUntilReaderEnds(logging.Handler):
             self.reader_ended = not reader.is_alive()
 
 
-def test_a_failed_write_is_reported_even_when_the_reader_thread_ends_first():
-    """The sender whose write fails closes the transport; the reader thread, seeing it closed,
-    ends and lets go of the owner's callbacks. The failure must reach the owner all the same
-    (it did not: a session behind a cut connection or a killed broker, told nothing, never
-    reconnected, and its posts timed out after ack_timeout)."""
+@contextlib.contextmanager
+def _connected(name: str) -> Iterator[Tuple[Transport, List[BaseException]]]:
+    """A transport connected to a peer that reads nothing, with the failures reported to its
+    owner; closed and joined, and its peer gone, after."""
     server = socket.create_server(("127.0.0.1", 0))
     peer: List[socket.socket] = []
     threading.Thread(target=lambda: peer.append(server.accept()[0]), daemon=True).start()
     failures: List[BaseException] = []
-    transport = Transport(server.getsockname(), lambda *_: None, failures.append, 1 << 20, "failing")
-    transport.connect(5.0)
-    transport.set_heartbeat(0.0, 0)  # negotiated: the loss is logged as a warning
-    handler = _HoldSenderUntilReaderEnds(transport)
-    logger = logging.getLogger("bmq._transport")
-    logger.addHandler(handler)
+    transport = Transport(server.getsockname(), lambda *_: None, failures.append, 1 << 20, name)
     try:
-        # Our side stops sending (the peer stays open, the reader sees nothing): the next write
-        # fails in the sending thread itself (nothing queued, so it writes directly).
-        transport._sock.shutdown(socket.SHUT_WR)
-        with pytest.raises(ConnectionLost, match="write to"):
-            transport.send(_codec.HEARTBEAT_REQ, 5.0)
+        transport.connect(5.0)
+        yield transport, failures
     finally:
-        logger.removeHandler(handler)
         transport.close()
         transport.join(5.0)
         server.close()
         for sock in peer:
             sock.close()
+
+
+def test_a_failed_write_is_reported_even_when_the_reader_thread_ends_first():
+    """The sender whose write fails closes the transport; the reader thread, seeing it closed,
+    ends and lets go of the owner's callbacks. The failure must reach the owner all the same
+    (it did not: a session behind a cut connection or a killed broker, told nothing, never
+    reconnected, and its posts timed out after ack_timeout)."""
+    with _connected("failing") as (transport, failures):
+        transport.set_heartbeat(0.0, 0)  # negotiated: the loss is logged as a warning
+        handler = _HoldSenderUntilReaderEnds(transport)
+        logger = logging.getLogger("bmq._transport")
+        logger.addHandler(handler)
+        try:
+            # Our side stops sending (the peer stays open, the reader sees nothing): the next
+            # write fails in the sending thread itself (nothing queued, so it writes directly).
+            transport._sock.shutdown(socket.SHUT_WR)
+            with pytest.raises(ConnectionLost, match="write to"):
+                transport.send(_codec.HEARTBEAT_REQ, 5.0)
+        finally:
+            logger.removeHandler(handler)
     assert handler.reader_ended  # the interleaving under test did happen
     assert len(failures) == 1 and "write to" in str(failures[0])
 
@@ -234,23 +245,17 @@ def test_an_interrupted_direct_write_fails_the_connection_and_reaches_the_caller
     the write token back, must not leave the token taken: the writer thread would wait for it
     for ever. The write may have put part of an event on the wire, so the connection fails
     (the session reconnects and re-sends) and the caller gets the exception."""
-    server = socket.create_server(("127.0.0.1", 0))
-    peer: List[socket.socket] = []
-    threading.Thread(target=lambda: peer.append(server.accept()[0]), daemon=True).start()
-    failures: List[BaseException] = []
-    transport = Transport(server.getsockname(), lambda *_: None, failures.append, 1 << 20, "interrupted")
-    transport.connect(5.0)
     send_now = _transport._send_now
 
     def interrupted(fd: int, data: bytes) -> int:
         send_now(fd, data)
         raise KeyboardInterrupt
 
-    if where == "after the system call":
-        monkeypatch.setattr(_transport, "_send_now", interrupted)
-    else:
-        monkeypatch.setattr(transport, "_lock", _InterruptOnce(transport._lock, transport))
-    try:
+    with _connected("interrupted") as (transport, failures):
+        if where == "after the system call":
+            monkeypatch.setattr(_transport, "_send_now", interrupted)
+        else:
+            monkeypatch.setattr(transport, "_lock", _InterruptOnce(transport._lock, transport))
         with pytest.raises(KeyboardInterrupt):
             transport.send(_codec.HEARTBEAT_REQ, 5.0)
         assert not transport._writing
@@ -258,12 +263,6 @@ def test_an_interrupted_direct_write_fails_the_connection_and_reaches_the_caller
         assert len(failures) == 1 and "interrupted" in str(failures[0])
         with pytest.raises(ConnectionLost):
             transport.send(_codec.HEARTBEAT_REQ, 5.0)
-    finally:
-        transport.close()
-        transport.join(5.0)
-        server.close()
-        for sock in peer:
-            sock.close()
 
 
 class _InterruptOnce:
