@@ -7,11 +7,6 @@
 #
 #   .ci/freethreaded.sh [WORK_DIR]     # default: .ci-work in the clone (BMQ_CI_WORK overrides)
 #
-# Left out as a known race with the GIL off (docs/free-threading.md, "Known issues"): flush()
-# can return before the reader thread has queued the last on_ack callback, so a call_soon()
-# made right after may run first (seen once in CI on 3.13t). And test_retries.py: its
-# post(timeout=0.0) was answered in time once with the GIL off (the reader runs in parallel),
-# so the TimeoutError it provokes did not come; it needs a broker that withholds the ACK.
 # Not run here (the main suite runs them on the GIL build): the typing test (mypy 2.x has no
 # cp313t wheel and needs a Rust toolchain), Spark (no pyspark/pyarrow for 3.13t), the interop
 # tests (the official SDK has no cp313t wheel) and the real-bmqbrkr variants (the broker
@@ -43,7 +38,5 @@ env -u CI PYTHON_GIL=0 nice -n 5 "$venv/bin/python" -m pytest -q -p no:cacheprov
     tests/unit tests/integration -m "not slow" \
     --ignore=tests/unit/test_typing.py \
     --ignore-glob='tests/integration/test_spark*' \
-    --deselect "tests/integration/test_compat.py::test_bmq_session_call_soon_runs_after_queued_callbacks_on_the_dispatcher" \
-    --deselect tests/integration/test_retries.py \
     -k "not bmqbrkr"
 echo "[ft] done: build $((built - started)) s, tests $(( $(date +%s) - built )) s"

@@ -20,10 +20,7 @@ work=$(mktemp -d -t bmq-pythons.XXXXXX)
 pytest_args=(-q -p no:cacheprovider tests/unit tests/integration -m "not release and not slow"
              -k "not bmqbrkr or test_post_then_get_round_trips_payload_properties_and_guid"
              --ignore-glob 'tests/integration/test_spark*' --ignore tests/integration/spark_driver.py
-             --deselect tests/unit/test_typing.py
-             # Run by the main suite (3.11) and the 3.13t job; here, beside them at nice 10, its
-             # consumer failed to finish twice (3.10, 3.12): under investigation (docs/free-threading.md).
-             --deselect tests/integration/test_threads_stress.py)
+             --deselect tests/unit/test_typing.py)
 
 trap 'rm -rf "$work"' EXIT
 

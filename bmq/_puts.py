@@ -365,6 +365,11 @@ class PendingPuts:
         # code, ~1 us, which answers would otherwise pay per read with nobody to wake.
         self._room_waiters = 0
         self._pending: Dict[bytes, Record] = {}
+        # Messages answered (gone from _pending, under the lock) whose answers are still being
+        # handed over outside it (futures resolved, on_ack/on_done queued on the dispatcher):
+        # flush() waits for these too, else a call_soon() right after flush() could run before
+        # the last on_ack (the settling thread, the reader, runs at once with the GIL off).
+        self._handing_over = 0
         self._bytes = 0
         self._transport: Optional["Transport"] = None  # None while the state is not restored
         self._closed = False
@@ -592,6 +597,18 @@ class PendingPuts:
             if batch.trace is not None and not batch.remaining:
                 batch.trace.end(batch.answers())
 
+    def _hand_over(self, settled: _Settled, count: int, woken: Optional[List[_codec.Latch]] = None) -> None:
+        """Outside the lock: :meth:`_notify`, then count ``count`` answered messages (added to
+        ``_handing_over`` under the lock that settled them) as handed over, waking flush()."""
+        try:
+            self._notify(settled, woken)
+        finally:
+            if count:
+                with self._lock:
+                    self._handing_over -= count
+                    if self._room_waiters:
+                        self._room.notify_all()
+
     def handle_acks(self, events: List[bytes]) -> List[_codec.Latch]:
         """Reader thread: settle the messages of ACK events (those that came in one read).
 
@@ -613,10 +630,12 @@ class PendingPuts:
                 self._settle_run(batch, keys, list(map(_status_of, acked)), answered, settled, guids)
             else:
                 self._settle_each(acked, answered, settled, guids)
+            handing = before - len(self._pending) if settled else 0
+            self._handing_over += handing
             if self._room_waiters and len(self._pending) < before:  # room for posters, or flush()
                 self._room.notify_all()
         woken: List[_codec.Latch] = []
-        self._notify(settled, woken)
+        self._hand_over(settled, handing, woken)
         if guids:
             try:
                 self._outbox.remove(guids)  # type: ignore[union-attr]
@@ -709,13 +728,15 @@ class PendingPuts:
                 self._settle(batch, guid, Ack(status, guid, batch.queue.uri), settled)
                 answers = batch.queue.counters.local_answers
                 answers[status.name] = answers.get(status.name, 0) + 1
+            handing = len(taken) if settled else 0
+            self._handing_over += handing
             if taken:
                 self._room.notify_all()
         try:
             if self._outbox is not None and status is not AckStatus.NOT_CONNECTED and taken:
                 self._outbox.remove([guid for guid, _ in taken])
         finally:
-            self._notify(settled)  # settled under the lock: their answers are given whatever happens
+            self._hand_over(settled, handing)  # settled under the lock: their answers are given whatever happens
         return len(taken)
 
     def expire(self) -> None:
@@ -731,15 +752,17 @@ class PendingPuts:
         self._complete(lambda batch: batch.queue is queue, status)
 
     def flush(self, timeout: Optional[float]) -> int:
-        """Wait until the table is empty or ``timeout`` passes; return what is left."""
+        """Wait until every message is answered and its answer handed over (its future
+        resolved, its ``on_ack`` or ``on_done`` queued on the dispatcher) or ``timeout``
+        passes; return how many are not (0: all)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while self._pending:
+            while self._pending or self._handing_over:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     break
                 self._wait_on_room(remaining if remaining is not None else 1.0)
-            return len(self._pending)
+            return len(self._pending) + self._handing_over
 
     # ---- connection changes -------------------------------------------------------------
     def suspend(self) -> None:

@@ -8,7 +8,7 @@ import threading
 import time
 from concurrent.futures import Future
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence,
-                    Union, cast)
+                    Tuple, Union, cast)
 
 from ._dispatch import report_callback_error
 from ._protocol import queue_flags
@@ -154,7 +154,10 @@ class Queue:
         # Session side: set once the open succeeded or failed; the arguments it was opened with.
         self.opened = threading.Event()
         self.opened_with: Dict[str, Any] = {}
-        self._take_lock = threading.Lock()  # get_batch: one taker at a time, for _rest
+        # One taker of the inbox at a time (get, get_batch, messages): get_batch keeps _rest; and
+        # CPython's SimpleQueue before 3.13 can block get(timeout=...) until the next put() when
+        # another thread takes the item that woke it (_take).
+        self._take_lock = threading.Lock()
         self._rest: Optional[MessageBatch] = None  # what get_batch took beyond its limits
 
     def __repr__(self) -> str:
@@ -418,11 +421,35 @@ class Queue:
 
     def _take(self, timeout: Optional[float]) -> Any:
         """The next message from the inbox (a MessageBatch on a ``batches`` queue), None after
-        ``timeout``.
+        ``timeout`` (waiting for another taker included).
+
+        One taker at a time: in CPython 3.10-3.12, ``SimpleQueue.get(timeout=...)`` woken by a
+        ``put()`` whose item another thread's ``get`` takes first, and getting the interpreter
+        lock back after its deadline, waits on the queue's lock again with the negative time left,
+        that is until the next ``put()``: a consumer's ``get(timeout=0.05)`` hung for good once
+        every message was in (tests/integration/test_threads_stress.py, twice in CI under load).
 
         Raises:
             QueueStateError: the queue closed.
         """
+        locked, left = self._lock_taking(timeout)
+        if not locked:
+            return None
+        try:
+            return self._take_held(left)
+        finally:
+            self._take_lock.release()
+
+    def _lock_taking(self, timeout: Optional[float]) -> Tuple[bool, Optional[float]]:
+        """Acquire ``_take_lock`` within ``timeout`` (None: no bound); whether it was, and the
+        time left of ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._take_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            return False, 0.0
+        return True, None if deadline is None else max(0.0, deadline - time.monotonic())
+
+    def _take_held(self, timeout: Optional[float]) -> Any:
+        """:meth:`_take` for a caller holding ``_take_lock``."""
         try:
             item = self._inbox.get(timeout=timeout)
         except _stdqueue.Empty:
@@ -480,13 +507,13 @@ class Queue:
             raise QueueStateError(f"{self.uri} is closed")
         # Another thread may hold the lock while it waits for a first message: the timeout
         # covers waiting for the lock too.
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._take_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+        locked, left = self._lock_taking(timeout)
+        if not locked:
             return None
         try:
             first, self._rest = self._rest, None
             if first is None:
-                first = self._take(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                first = self._take_held(left)
                 if first is None:
                     return None
             parts = [first]

@@ -625,10 +625,16 @@ class Session:
         self._puts.resend_recovered(queue, entries)
 
     def flush(self, timeout: Optional[float] = None) -> int:
-        """Wait until every posted message is acknowledged (or ``timeout`` passes).
+        """Wait until every posted message is acknowledged and its answer given (or ``timeout``
+        passes): its future resolved and its ``on_ack`` queued on the dispatcher thread, so a
+        :meth:`call_soon` made after ``flush()`` returns 0 runs after every ``on_ack``.
 
         Returns:
-            How many messages are still waiting for their ACK (0 when all are done).
+            How many messages are still waiting for their ACK or its hand-over (0 when all
+            are done).
+
+        Thread-safety: any thread; from a callback on the dispatcher thread, the ``on_ack``
+        callbacks it waits to be queued do not run until that callback returns.
         """
         return self._puts.flush(timeout)
 

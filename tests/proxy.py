@@ -4,7 +4,9 @@ resume connections, so that HA scenarios run against brokers without a fault API
 Each accepted connection gets a connection to the upstream broker and two pump threads (one
 per direction). :meth:`Proxy.cut` closes every current connection at once (both sockets, as
 a lost network path would look to each side); :meth:`Proxy.stall` stops forwarding in both
-directions while keeping the sockets open, and :meth:`Proxy.resume` lets the held bytes go.
+directions (or one: ``stall("down")`` holds the broker's answers, such as its ACKs, while the
+client's bytes still reach it) while keeping the sockets open, and :meth:`Proxy.resume` lets the
+held bytes go.
 
 :meth:`Proxy.tamper` makes it hostile: each chunk it forwards (what one ``recv`` brought) may
 have bits flipped, be dropped, be sent twice, or be cut short with the connection closed
@@ -21,6 +23,8 @@ from typing import Counter, Dict, List, Optional, Tuple
 
 #: The ways :meth:`Proxy.tamper` mistreats a chunk.
 TAMPER_KINDS = ("flip", "drop", "duplicate", "truncate")
+#: The directions bytes flow: client to broker, broker to client.
+DIRECTIONS = ("up", "down")
 
 
 class Proxy:
@@ -35,8 +39,9 @@ class Proxy:
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._pairs: List[Tuple[socket.socket, socket.socket]] = []
-        self._flowing = threading.Event()
-        self._flowing.set()
+        self._flowing = {direction: threading.Event() for direction in DIRECTIONS}
+        for flowing in self._flowing.values():
+            flowing.set()
         self._closed = False
         self.connections = 0  # accepted so far
         self._tamper: Optional[Dict[str, float]] = None  # kind -> probability per chunk
@@ -57,13 +62,18 @@ class Proxy:
             _close(*pair)
         return len(pairs)
 
-    def stall(self) -> None:
-        """Stop forwarding (both directions); the sockets stay open."""
-        self._flowing.clear()
+    def stall(self, direction: Optional[str] = None) -> None:
+        """Stop forwarding in ``direction`` ("up": client to broker, "down"; None: both); the
+        sockets stay open."""
+        if direction is not None and direction not in DIRECTIONS:
+            raise ValueError(f"unknown direction {direction!r}: use one of {DIRECTIONS} or None")
+        for name in DIRECTIONS if direction is None else (direction,):
+            self._flowing[name].clear()
 
     def resume(self) -> None:
-        """Forward again, starting with what was held back."""
-        self._flowing.set()
+        """Forward again (both directions), starting with what was held back."""
+        for flowing in self._flowing.values():
+            flowing.set()
 
     def tamper(self, seed: int = 0, **probabilities: float) -> None:
         """From now on mistreat each forwarded chunk, in both directions ("up": client to
@@ -83,7 +93,7 @@ class Proxy:
 
     def close(self) -> None:
         self._closed = True
-        self._flowing.set()
+        self.resume()
         try:
             # Closing alone would leave the socket listening while the acceptor thread sits in
             # accept(); shutting it down wakes that thread and refuses new connections.
@@ -156,7 +166,7 @@ class Proxy:
                 data = source.recv(1 << 16)
                 if not data:
                     break
-                self._flowing.wait()
+                self._flowing[direction].wait()
                 chunks, close = self._mistreat(data, direction)
                 for chunk in chunks:
                     target.sendall(chunk)

@@ -1,6 +1,10 @@
 """Retry-safe posts: a timed-out post says it is still in flight and carries its GUIDs; posting
 it again with them stores each message once, on either broker. A NACKed post_many's PostError
-holds every Ack and the indexes of the failed ones."""
+holds every Ack and the indexes of the failed ones.
+
+The timeouts are provoked by a proxy holding the broker's bytes back (its ACKs among them) while
+the client's reach it: ``timeout=0.0`` alone is a race the client can win, as it did with the
+GIL off (the reader thread, running in parallel, read the ACK within the post call)."""
 from __future__ import annotations
 
 import itertools
@@ -11,6 +15,7 @@ from typing import List
 import pytest
 
 import bmq
+from proxy import Proxy
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,10 +41,12 @@ def _drain(address: str, uri: str) -> List[bytes]:
 
 def test_a_timed_out_post_retried_with_its_guid_is_stored_once(broker_address):
     uri = _uri("post")
-    with bmq.Session(broker_address) as session:
+    with Proxy(broker_address) as proxy, bmq.Session(proxy.address) as session:
         queue = session.open_queue(uri, write=True)
+        proxy.stall("down")  # the PUT reaches the broker, its ACK is held back
         with pytest.raises(bmq.TimeoutError, match="still in flight") as raised:
-            queue.post(b"once", timeout=0.0)  # gives up before any broker can answer
+            queue.post(b"once", timeout=0.0)
+        proxy.resume()
         (guid,) = raised.value.guids
         assert isinstance(guid, bytes) and len(guid) == 16
         assert session.flush(30.0) == 0  # the broker answered the first post meanwhile
@@ -51,10 +58,12 @@ def test_a_timed_out_post_retried_with_its_guid_is_stored_once(broker_address):
 def test_a_timed_out_post_many_retried_with_its_guids_is_stored_once(broker_address):
     uri = _uri("many")
     payloads = [b"m%d" % i for i in range(5)]
-    with bmq.Session(broker_address) as session:
+    with Proxy(broker_address) as proxy, bmq.Session(proxy.address) as session:
         queue = session.open_queue(uri, write=True)
+        proxy.stall("down")
         with pytest.raises(bmq.TimeoutError, match="still in flight") as raised:
             queue.post_many(payloads, timeout=0.0)
+        proxy.resume()
         guids = raised.value.guids
         assert len(guids) == 5 and len(set(guids)) == 5
         assert session.flush(30.0) == 0

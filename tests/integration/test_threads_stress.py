@@ -22,7 +22,7 @@ import time
 import traceback
 from collections import Counter
 from concurrent.futures import Future
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import pytest
 
@@ -84,15 +84,17 @@ def run_threads(targets: Dict[str, Callable[[], None]], run: Run) -> List[thread
     return threads
 
 
-def join_all(threads: List[threading.Thread]) -> None:
+def join_all(threads: List[threading.Thread], state: Callable[[], str] = lambda: "") -> None:
+    """Join ``threads`` within WAIT; a thread still running fails the test with its stack and
+    ``state()`` (what the threads did so far: a hang is a bug to find, not only to count)."""
     deadline = time.monotonic() + WAIT
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
     stuck = [t for t in threads if t.is_alive()]
-    # Where each stuck thread is: a hang is a bug to find, not only to count.
     frames = sys._current_frames()
     assert [t.name for t in stuck] == [], "\n".join(
-        f"{t.name}:\n{''.join(traceback.format_stack(frames[t.ident]))}" for t in stuck if t.ident in frames)
+        [f"{t.name}:\n{''.join(traceback.format_stack(frames[t.ident]))}" for t in stuck if t.ident in frames]
+        + [state()])
 
 
 def posters(queue: bmq.Queue, run: Run, until: Callable[[], bool]) -> Dict[str, Callable[[], None]]:
@@ -144,10 +146,13 @@ def test_one_session_from_many_threads_loses_and_duplicates_nothing(broker_addre
     with bmq.Session(broker_address) as session:
         queue = session.open_queue(uri, read=True, write=True)
         posting_done = threading.Event()
+        gets: Counter[Tuple[str, str]] = Counter()  # (consumer, what get() returned): for a failure report
 
         def consumer() -> None:
+            name = threading.current_thread().name
             while True:
                 message = queue.get(timeout=0.05)
+                gets[name, "none" if message is None else "message"] += 1
                 if message is None:
                     with run.lock:
                         if run.errors or posting_done.is_set() and len(run.received) >= len(run.posted):
@@ -176,7 +181,10 @@ def test_one_session_from_many_threads_loses_and_duplicates_nothing(broker_addre
         run.stop.set()
         join_all(churn)
         posting_done.set()
-        join_all(threads[6:])
+        join_all(threads[6:], lambda: (
+            f"posted {len(run.posted)}, received {len(run.received)} ({len(set(run.received))} distinct, "
+            f"{len(set(run.posted) - set(run.received))} missing), errors {run.errors!r}, gets {dict(gets)}, "
+            f"{session.stats().queues[uri]}"))
         stats = session.stats().queues[uri]
 
     assert run.errors == []

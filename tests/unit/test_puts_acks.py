@@ -191,3 +191,37 @@ def test_a_post_async_is_its_own_future_and_lets_go_of_its_message_once_answered
     assert future.result(0) == bmq.Ack(bmq.AckStatus.SUCCESS, guid, queue.uri)
     assert called == [bmq.AckStatus.SUCCESS]
     assert sys.getrefcount(payload) == references and future.properties_at(0) is None
+
+
+def test_flush_returns_only_once_every_answered_posts_on_ack_is_queued():
+    """An answered post's on_ack is queued on the dispatcher after the pending table's lock is
+    let go; flush() must wait for that too, so that a call_soon() made after it runs after the
+    on_ack (with the GIL off, the reader thread was seen queuing it after flush() returned).
+    The hook: the dispatcher's submit, held until released, as a descheduled reader would be."""
+    entered, release = threading.Event(), threading.Event()
+    queued: List[Any] = []
+
+    def submit(fn: Any, *args: Any) -> None:
+        entered.set()
+        assert release.wait(30)
+        queued.append(args)
+
+    puts = PendingPuts(bmq.SessionOptions(), submit, None)
+    puts._transport = _Transport()  # type: ignore[assignment]
+    future = _post(puts, _Queue(), 1, asynchronous=True, on_ack=lambda ack: None)
+    (guid,) = puts._pending
+    reader = threading.Thread(target=_answer, args=(puts, [_ack_event([guid])]), name="reader",
+                              daemon=True)
+    reader.start()
+    assert entered.wait(30)  # the reader settled the post and is queuing its on_ack
+    assert len(puts) == 0 and future.done()  # answered, no longer pending...
+    assert puts.flush(0) == 1  # ...but its on_ack is not queued yet: not flushed
+    flushed: List[Any] = []
+    flusher = threading.Thread(target=lambda: flushed.append((puts.flush(30), len(queued))), name="flusher",
+                               daemon=True)
+    flusher.start()
+    release.set()
+    reader.join(30)
+    flusher.join(30)
+    assert flushed == [(0, 1)]  # flush() returned with the on_ack queued
+    assert puts.flush(0) == 0 and puts._handing_over == 0

@@ -3,6 +3,7 @@ CONFIRM out), EventQueue and Recovery (connection loss → reconnect → reopen 
 driven through fakes of what it talks to."""
 from __future__ import annotations
 
+import queue as stdqueue
 import threading
 from types import SimpleNamespace
 from typing import Any, Dict, List
@@ -200,6 +201,49 @@ def test_confirms_are_refused_for_another_sessions_or_a_closed_queue_and_dropped
     ours.state = QueueState.CLOSED
     with pytest.raises(bmq.QueueStateError, match="closed"):
         deliveries.confirm([bmq.Message(b"m", b"g" * 16, ours, None, False)], None)
+
+
+class _HeldInbox:
+    """A queue's inbox whose first ``get`` is held until ``release``; it records how many takers
+    were inside it at once."""
+
+    def __init__(self) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+        self._lock = threading.Lock()
+        self.inside = self.most_inside = 0
+
+    def get(self, timeout: Any = None) -> str:
+        with self._lock:
+            self.inside += 1
+            self.most_inside = max(self.most_inside, self.inside)
+        try:
+            if self.entered.is_set():
+                raise stdqueue.Empty
+            self.entered.set()
+            assert self.release.wait(30)
+            return "message"
+        finally:
+            with self._lock:
+                self.inside -= 1
+
+    def get_nowait(self) -> str:
+        return self.get(0)
+
+
+def test_one_thread_at_a_time_takes_from_a_queues_inbox(registry):
+    """CPython 3.10-3.12's SimpleQueue.get(timeout=...) may block until the next put() when
+    another thread's get takes the item that woke it (Queue._take): so a second get() waits for
+    the first, within its own timeout, rather than entering the inbox beside it."""
+    queue = _queue(registry, _owner(), "bmq://bmq.test.mem.priority/takers", read=True)
+    inbox = queue._inbox = _HeldInbox()  # type: ignore[assignment]
+    got: List[Any] = []
+    first = threading.Thread(target=lambda: got.append(queue.get(timeout=30)), name="first-taker", daemon=True)
+    first.start()
+    assert inbox.entered.wait(30)  # the first get() waits inside the inbox
+    assert queue.get(timeout=0) is None  # the second gives up at its timeout, without entering it
+    inbox.release.set()
+    first.join(30)
+    assert got == ["message"] and inbox.most_inside == 1
 
 
 def test_events_are_kept_in_order_given_to_on_event_and_closing_wakes_waiters():
