@@ -95,23 +95,30 @@ def parse_broker_address(broker: str) -> Tuple[str, int]:
     """``"tcp://host:port"`` (or ``"host:port"``) -> ``(host, port)``.
 
     Raises:
-        InvalidURIError: not of that form: another scheme, a port that is not ASCII digits
+        InvalidURIError: not of that form: another scheme, an empty host (``"[]"`` too), a
+            bracket outside a pair around the whole host, a port that is not ASCII digits
             (``int()`` would take other scripts' digits) or outside 1..65535.
     """
     scheme, sep, text = broker.partition("://")
     if not sep:
         text = broker
     host, sep_port, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        # An IPv6 address in brackets (as in a URL): stripped before the emptiness check, or
+        # "[]:1" would give the host "", which a connect takes for the local host.
+        host = host[1:-1]
     if (
         (sep and scheme != "tcp")
         or not sep_port
         or not host
         or "/" in host
+        or "[" in host
+        or "]" in host
         or not (port.isascii() and port.isdigit())
         or not 0 < int(port) < 65536
     ):
         raise InvalidURIError(f"bad broker address {broker!r}: expected the form 'tcp://HOST:PORT'")
-    return host.strip("[]"), int(port)
+    return host, int(port)
 
 
 class Transport:
