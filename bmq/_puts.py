@@ -725,6 +725,14 @@ class PendingPuts:
         if expired:
             logger.warning("%d message(s) not acknowledged within %g s", expired, self._options.ack_timeout)
 
+    def waiting_since(self) -> float:
+        """When the oldest message still waiting for its ACK was posted (``time.monotonic()``),
+        or 0.0 if none waits."""
+        with self._lock:
+            for batch in self._pending.values():  # insertion order is post order
+                return batch.deadline - self._options.ack_timeout
+        return 0.0
+
     def cancel_queue(self, queue: "Queue", status: AckStatus) -> None:
         """Settle every message of a closed queue with ``status``."""
         self._complete(lambda batch: batch.queue is queue, status)
