@@ -468,6 +468,9 @@ class PendingPuts:
         ``caller_guids``: the GUIDs came from the caller (none repeats: :meth:`post` checked),
         so check that none is still pending (its first post would never be settled).
 
+        The built call comes as parameters, not as one request object: every post would pay
+        for making that object (docs/performance-notes.md).
+
         Raises:
             InvalidArgumentError: a still pending caller GUID (its outbox records removed).
             BandwidthLimitError: no room within ``channel_write_timeout`` (nothing kept).
