@@ -9,12 +9,16 @@ acknowledged SUCCESS is delivered once the proxy is honest again. Corrupted byte
 would normally have caught can change a delivered payload (PUSH carries no checksum): such
 deliveries are counted, not judged; messages are identified by their GUID.
 
-Turning honest, the proxy also closes the connections it carried. A connection whose stream
-it desynchronized is replaced by the session itself (tests/fault/test_desynchronized_connection.py
-proves it byte by byte), but dropping a chunk that held whole events is what no TCP connection
-does and no client can see: the PUSH events it held count as delivered at the broker, never
-confirmed, and enough of them (the consumer's max_unconfirmed_messages) stop deliveries to that
-connection for good. The honest network starts with fresh connections, and this test judges
+Turning honest, the proxy also closes the connections it carried. A connection whose stream it
+desynchronized is replaced by the session itself (tests/fault/test_desynchronized_connection.py
+proves it byte by byte), but the proxy does what no TCP connection does and no client can see,
+and left to itself it leaves a session stuck (4 runs against bmqbrkr without the cut, after the
+session learned to replace such connections: 1 passed): a reopen whose URI a flip made invalid
+is refused, and the queue is closed for good (QueueReopenFailed, as the C++ SDK does); a
+consumer stopped receiving for good on a connection that stayed up while the producer's
+194,200 posts were acknowledged (dropped chunks of whole PUSH or CONFIRM events leave messages
+the broker counts as delivered and unconfirmed, and a flipped ConfigureStream may be accepted
+with other values). The honest network starts with fresh connections, and this test judges
 what it promises from there.
 """
 from __future__ import annotations
