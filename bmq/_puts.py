@@ -474,6 +474,9 @@ class PendingPuts:
         ``caller_guids``: the GUIDs came from the caller (none repeats: :meth:`post` checked),
         so check that none is still pending (its first post would never be settled).
 
+        The built call comes as parameters, not as one request object: every post would pay
+        for making that object (docs/performance-notes.md).
+
         Raises:
             InvalidArgumentError: a still pending caller GUID (its outbox records removed).
             BandwidthLimitError: no room within ``channel_write_timeout`` (nothing kept).
@@ -746,6 +749,14 @@ class PendingPuts:
         expired = self._complete(lambda batch: batch.deadline <= now, AckStatus.TIMEOUT, in_order=True)
         if expired:
             logger.warning("%d message(s) not acknowledged within %g s", expired, self._options.ack_timeout)
+
+    def waiting_since(self) -> float:
+        """When the oldest message still waiting for its ACK was posted (``time.monotonic()``),
+        or 0.0 if none waits."""
+        with self._lock:
+            for batch in self._pending.values():  # insertion order is post order
+                return batch.deadline - self._options.ack_timeout
+        return 0.0
 
     def cancel_queue(self, queue: "Queue", status: AckStatus) -> None:
         """Settle every message of a closed queue with ``status``."""

@@ -7,7 +7,9 @@ held back for those queues, and finally lets :meth:`PendingPuts.restore` retrans
 unacknowledged PUT with its GUID. Only then is the state restored (events ``Reconnected`` →
 ``QueueReopened``/``QueueReopenFailed`` → ``StateRestored``). The ACK timer thread resolves PUTs
 whose ACK did not come within ``ack_timeout`` (a thread of its own so that ACKs expire on time
-even while the supervisor blocks in a reconnect), and emits the periodic statistics report.
+even while the supervisor blocks in a reconnect), has the connection make sure that the broker
+still hears it when an answer is overdue (:meth:`Transport.check_heard`), and emits the
+periodic statistics report.
 
 :meth:`Recovery.connection_lost` is what the reader/writer threads call when the current
 connection dies: it fails what cannot wait, marks open queues PENDING and wakes the supervisor.
@@ -105,6 +107,16 @@ class Recovery:
             self._events.emit(ev.Error(f"bad data from the broker, connection dropped: {exc!r}"))
         self._events.emit(ev.ConnectionLost(str(exc)))
 
+    def replace(self, conn: Connection, exc: BaseException) -> None:
+        """Drop ``conn`` if it is still the current connection, and reconnect as after a lost
+        one (``exc`` says why): for a connection whose broker left a request unanswered.
+        Any thread."""
+        with self._link.lock:
+            if self._link.current is conn:
+                # Closing reports nothing (only a failure does): run the failure path here.
+                conn.close()
+                self.connection_lost(conn, exc)
+
     def _guarded(self, loop: Callable[[], None]) -> None:
         try:
             loop()
@@ -127,9 +139,23 @@ class Recovery:
             if not self._link.pause(_ACK_EXPIRY_TICK):
                 return
             self._puts.expire()
+            self._check_heard()
             if next_report is not None and time.monotonic() >= next_report:
                 next_report += interval  # type: ignore[operator]
                 self._report(s.stats())
+
+    def _check_heard(self) -> None:
+        """Have the current connection make sure that the broker hears it while an answer it
+        waits for (an ACK, a control response) is overdue (:meth:`Transport.check_heard`): one
+        desynchronized on its way to the broker is then replaced, PUTs re-sent with their GUIDs."""
+        link = self._link
+        with link.lock:
+            conn = link.current
+            if conn is None:
+                return
+            oldest = min((since for since in (self._puts.waiting_since(), self._requests.waiting_since()) if since),
+                         default=0.0)
+        conn.transport.check_heard(oldest)
 
     def _report(self, snapshot: "SessionStats") -> None:
         """The periodic statistics report: a table in the log, the snapshot to ``on_stats``."""
@@ -201,12 +227,7 @@ class Recovery:
                     self._events.emit(ev.Error(f"could not restore the session state after reconnecting to "
                                                f"{link.endpoint.address}: {e}; reconnecting again"))
                     e = ConnectionLost(f"reconnecting again: {e}")
-                with link.lock:
-                    if link.current is conn:
-                        # A timeout, not a failure: close() reports nothing, so run the
-                        # failure path ourselves.
-                        conn.close()
-                        self.connection_lost(conn, e)
+                self.replace(conn, e)
                 rounds = 1 if several else 0  # back off as after a first failed attempt
                 continue
             self._events.emit(ev.StateRestored())

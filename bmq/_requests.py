@@ -12,6 +12,7 @@ Thread-safety: every method expects the caller to hold the session's lock, excep
 from __future__ import annotations
 
 import itertools
+import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
@@ -35,9 +36,10 @@ class Request:
         data: the encoded CONTROL event (kept for a re-send).
         buffered: re-sent after a reconnect instead of failing.
         queue: the queue a ConfigureStream is for, else None.
+        made: when it was made (``time.monotonic()``).
     """
 
-    __slots__ = ("future", "data", "buffered", "queue")
+    __slots__ = ("future", "data", "buffered", "queue", "made")
 
     def __init__(self, future: "Future[Dict[str, Any]]", data: bytes, buffered: bool,
                  queue: Optional["Queue"] = None) -> None:
@@ -45,6 +47,7 @@ class Request:
         self.data = data
         self.buffered = buffered
         self.queue = queue
+        self.made = time.monotonic()
 
 
 class ControlRequests:
@@ -79,6 +82,10 @@ class ControlRequests:
 
     def is_pending(self, request: Request) -> bool:
         return any(pending is request for pending in self._pending.values())
+
+    def waiting_since(self) -> float:
+        """When the oldest request still waiting for its response was made, or 0.0 if none waits."""
+        return min((request.made for request in self._pending.values()), default=0.0)
 
     def drop_unbuffered(self) -> List[Request]:
         """The connection is lost: remove and return the requests that do not survive it."""

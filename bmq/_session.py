@@ -321,7 +321,16 @@ class Session:
         except FutureTimeoutError:
             with self._lock:
                 self._requests.discard(request)
-            raise TimeoutError(f"{what}: no response from {self.broker} within {timeout:g} s") from None
+                conn = None if stopping else self._link.current
+            error = TimeoutError(f"{what}: no response from {self.broker} within {timeout:g} s")
+            if conn is not None:
+                # The broker may still act on the request (open or close the queue, apply the
+                # options) after this side gave up on it, and the two would disagree for good:
+                # replace the connection, as the C++ SDK does when an open or close times out.
+                # The reconnect reopens every queue with the options this side knows.
+                logger.warning("%s; replacing the connection", error)
+                self._recovery.replace(conn, ConnectionLost(f"{what} got no response in time"))
+            raise error from None
 
     def _handle_control(self, event: bytes) -> None:
         message, _ = _schema.decode_event(event, "control")

@@ -95,23 +95,30 @@ def parse_broker_address(broker: str) -> Tuple[str, int]:
     """``"tcp://host:port"`` (or ``"host:port"``) -> ``(host, port)``.
 
     Raises:
-        InvalidURIError: not of that form: another scheme, a port that is not ASCII digits
+        InvalidURIError: not of that form: another scheme, an empty host (``"[]"`` too), a
+            bracket outside a pair around the whole host, a port that is not ASCII digits
             (``int()`` would take other scripts' digits) or outside 1..65535.
     """
     scheme, sep, text = broker.partition("://")
     if not sep:
         text = broker
     host, sep_port, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        # An IPv6 address in brackets (as in a URL): stripped before the emptiness check, or
+        # "[]:1" would give the host "", which a connect takes for the local host.
+        host = host[1:-1]
     if (
         (sep and scheme != "tcp")
         or not sep_port
         or not host
         or "/" in host
+        or "[" in host
+        or "]" in host
         or not (port.isascii() and port.isdigit())
         or not 0 < int(port) < 65536
     ):
         raise InvalidURIError(f"bad broker address {broker!r}: expected the form 'tcp://HOST:PORT'")
-    return host.strip("[]"), int(port)
+    return host, int(port)
 
 
 class Transport:
@@ -221,6 +228,13 @@ class Transport:
         self.high_watermark_wait = 0.0
         self._heartbeat_interval: Optional[float] = None
         self._max_missed = 0
+        # check_heard's heartbeat request: when it was sent, for which oldest wait, and whether
+        # it is still unanswered (the reader thread clears that, without a lock: a race costs
+        # one request more or one interval later).
+        self._connected_at = 0.0
+        self._probe_sent = 0.0
+        self._probe_for = 0.0
+        self._probe_unanswered = False
         self._negotiated = False  # set_heartbeat was called: the session uses the connection
         self._reader: Optional[threading.Thread] = None
         self._writer: Optional[threading.Thread] = None
@@ -252,6 +266,7 @@ class Transport:
         except OSError as e:
             raise ConnectionError(f"cannot connect to {host}:{port}: {e}") from e
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._connected_at = time.monotonic()
         if self._tls_context is not None:
             channel = TLSChannel(self._tls_context, server_hostname=self._server_hostname, peer=f"{host}:{port}")
             try:
@@ -297,6 +312,52 @@ class Transport:
         self._max_missed = max_missed
         self._heartbeat_interval = interval if max_missed > 0 and interval > 0 else None
         self._negotiated = True
+
+    def check_heard(self, oldest: float) -> None:
+        """Make sure that the broker hears this connection while an answer is overdue.
+
+        ``oldest``: when the oldest message or request still waiting for its answer (an ACK, a
+        control response) was made (``time.monotonic()``; 0.0: nothing waits). Once it has
+        waited a heartbeat interval on this connection, ask the broker for a heartbeat response
+        (at most one request an interval). The broker hears the connection if the response
+        comes, or if that oldest wait ends meanwhile (a busy broker answering in order); if
+        neither happens within ``max_missed`` intervals, the connection fails as a silent one
+        does, and its owner replaces it.
+
+        Why: a stream desynchronized on its way to the broker (a corrupted length word) leaves
+        the other direction healthy: the broker's heartbeats keep arriving, so the silence rule
+        (see :meth:`_read_loop`) never fires. bmqbrkr counts only valid events as a sign of
+        life and closes such a connection after its missed heartbeats, unless the rest of
+        the stream, read from a wrong offset, yields events that pass its checks: then
+        nothing ends it, and every post ends as TIMEOUT. This check does not depend on how
+        the broker watches its side.
+
+        Thread-safety: one thread (the session's ACK timer); the reader thread only notes the
+        heartbeat responses.
+        """
+        interval = self._heartbeat_interval
+        if interval is None or self._closed:
+            return
+        now = time.monotonic()
+        if self._probe_unanswered:
+            if oldest == self._probe_for and now - self._probe_sent >= interval * self._max_missed:
+                self._fail(ConnectionLost(
+                    f"{self.address[0]}:{self.address[1]} answered neither a heartbeat request nor what was "
+                    f"waiting for {now - self._probe_sent:.1f} s: the broker does not hear this connection "
+                    f"(its stream desynchronized on the way?)"))
+                return
+            if oldest == self._probe_for:
+                return  # one request at a time
+            self._probe_unanswered = False  # what waited was answered: the broker reads this stream
+        if not oldest or now - max(oldest, self._connected_at) < interval or now - self._probe_sent < interval:
+            return
+        self._probe_sent = now
+        self._probe_for = oldest
+        self._probe_unanswered = True
+        try:
+            self.send_control(_codec.HEARTBEAT_REQ)
+        except ConnectionLost:
+            pass  # closed meanwhile: its owner was told
 
     # ---- writing ------------------------------------------------------------------
     def send(self, data: bytes, timeout: float, coalesce: bool = False) -> None:
@@ -739,7 +800,9 @@ class Transport:
             event_type = event[4] & 0x3F
             if event_type == _HEARTBEAT_REQ_TYPE:
                 self.send_control(_codec.HEARTBEAT_RSP)
-            elif event_type != _HEARTBEAT_RSP_TYPE:
+            elif event_type == _HEARTBEAT_RSP_TYPE:
+                self._probe_unanswered = False  # the broker hears this connection (check_heard)
+            else:
                 if event_type != run_type and run:
                     latches = on_events(run_type, run)
                     if latches:

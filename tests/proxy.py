@@ -12,6 +12,10 @@ held bytes go.
 have bits flipped, be dropped, be sent twice, or be cut short with the connection closed
 after it, in either direction; :meth:`Proxy.honest` stops that. :attr:`Proxy.tampered`
 counts what was done, per direction and kind.
+
+:meth:`Proxy.corrupt` is the deterministic counterpart: the proxy follows the BlazingMQ
+framing of each stream it forwards (the 4-byte length word that starts every event, the type
+in the fifth byte) and XORs one byte at a chosen offset of the next event of a chosen type.
 """
 from __future__ import annotations
 
@@ -19,12 +23,53 @@ import collections
 import random
 import socket
 import threading
-from typing import Counter, Dict, List, Optional, Tuple
+from typing import Counter, Dict, List, NamedTuple, Optional, Tuple
 
 #: The ways :meth:`Proxy.tamper` mistreats a chunk.
 TAMPER_KINDS = ("flip", "drop", "duplicate", "truncate")
 #: The directions bytes flow: client to broker, broker to client.
 DIRECTIONS = ("up", "down")
+#: What of an event's header :meth:`Proxy.corrupt` reads: the length word and the type byte.
+_HEADER_SEEN = 5
+
+
+class _Corruption(NamedTuple):
+    direction: str
+    event_type: int
+    offset: int
+    xor: int
+    anchor: bytes
+    done: threading.Event
+
+
+class _Framing:
+    """Where the events of one forwarded stream start (the stream as received, honest)."""
+
+    def __init__(self) -> None:
+        self.position = 0  # bytes of the stream seen before the current chunk
+        self.next_start = 0  # where the next event starts
+        self.start = 0  # where the current event started
+        self.header = bytearray()  # its first bytes, up to _HEADER_SEEN
+
+    def events(self, chunk: bytes):
+        """Yield ``(start, type)`` of each event whose type byte is in ``chunk`` (``start``: its
+        offset in the stream)."""
+        base, end = self.position, self.position + len(chunk)
+        at = base
+        while at < end:
+            if at == self.next_start:
+                self.start, self.header = at, bytearray()
+            if len(self.header) < _HEADER_SEEN:
+                take = min(_HEADER_SEEN - len(self.header), end - at)
+                self.header += chunk[at - base:at - base + take]
+                at += take
+                if len(self.header) == _HEADER_SEEN:
+                    length = int.from_bytes(self.header[:4], "big") & 0x7FFFFFFF
+                    self.next_start = self.start + max(length, _HEADER_SEEN)
+                    yield self.start, self.header[4] & 0x3F
+                continue
+            at = min(end, self.next_start)
+        self.position = end
 
 
 class Proxy:
@@ -47,6 +92,7 @@ class Proxy:
         self._tamper: Optional[Dict[str, float]] = None  # kind -> probability per chunk
         self._rng = random.Random(0)
         self.tampered: Counter[Tuple[str, str]] = collections.Counter()  # (direction, kind) -> chunks
+        self._corruption: Optional[_Corruption] = None
         self._acceptor = threading.Thread(target=self._accept_loop, name="test-proxy-accept", daemon=True)
         self._acceptor.start()
 
@@ -85,6 +131,20 @@ class Proxy:
         with self._lock:
             self._rng = random.Random(seed)
             self._tamper = dict(probabilities)
+
+    def corrupt(self, direction: str, event_type: int, offset: int, xor: int, anchor: bytes = b"") -> threading.Event:
+        """XOR one byte of the next event of ``event_type`` (``_codec.EVENT_*``) forwarded in
+        ``direction`` ("up": client to broker, "down"), on whichever connection carries it
+        first; once. The byte is at ``offset`` from the event's start, or, given ``anchor``,
+        from where ``anchor`` starts in it (events without it are passed over). Returns an
+        event set once the corrupted byte is sent on. What is searched, and the byte, must come
+        in the chunk that brings the event's type byte or later."""
+        if direction not in ("up", "down"):
+            raise ValueError(f"direction {direction!r}: 'up' or 'down'")
+        done = threading.Event()
+        with self._lock:
+            self._corruption = _Corruption(direction, event_type, offset, xor, anchor, done)
+        return done
 
     def honest(self) -> None:
         """Forward every byte as received again (connections stay as they are)."""
@@ -160,16 +220,49 @@ class Proxy:
                 return [data, data], False
             return [data[:rng.randrange(len(data))]], True  # truncate: part of it, then the end
 
+    def _corrupt(self, data: bytes, direction: str, framing: _Framing,
+                 armed: List[Tuple[int, int, threading.Event]]) -> Tuple[bytes, List[threading.Event]]:
+        """``data`` with the armed corruption applied where it falls in it, and the events of
+        the corruptions applied (to set once sent). ``armed``: this stream's bytes still to
+        corrupt, as (stream offset, xor, event)."""
+        base = framing.position
+        with self._lock:
+            corruption = self._corruption
+            for start, event_type in framing.events(data):
+                if corruption is None or (direction, event_type) != corruption[:2]:
+                    continue
+                at = start
+                if corruption.anchor:
+                    found = data.find(corruption.anchor, max(0, start - base), framing.next_start - base)
+                    if found < 0:
+                        continue
+                    at = base + found
+                armed.append((at + corruption.offset, corruption.xor, corruption.done))
+                self._corruption = corruption = None  # once, on the first stream to carry one
+        hits = [item for item in armed if base <= item[0] < base + len(data)]
+        if not hits:
+            return data, []
+        changed = bytearray(data)
+        for item in hits:
+            changed[item[0] - base] ^= item[1]
+            armed.remove(item)
+        return bytes(changed), [item[2] for item in hits]
+
     def _pump(self, source: socket.socket, target: socket.socket, direction: str) -> None:
+        framing = _Framing()
+        armed: List[Tuple[int, int, threading.Event]] = []
         try:
             while True:
                 data = source.recv(1 << 16)
                 if not data:
                     break
                 self._flowing[direction].wait()
+                data, corrupted = self._corrupt(data, direction, framing, armed)
                 chunks, close = self._mistreat(data, direction)
                 for chunk in chunks:
                     target.sendall(chunk)
+                for done in corrupted:
+                    done.set()
                 if close:
                     break
         except OSError:

@@ -461,10 +461,7 @@ CRASHES_DIR = Path(__file__).resolve().parent / "crashes"
 
 #: Crashes found whose fix is outside this suite's reach (``crashes/<target>/<file>`` -> what
 #: is wrong and where the fix goes): replayed by a strict xfail test until fixed, then removed here.
-OPEN_FINDINGS: Dict[str, str] = {
-    "broker_address/empty-host-in-brackets": "parse_broker_address('[:314') returns host '' (the brackets "
-                                             "stripped after the emptiness check): bmq/_transport.py",
-}
+OPEN_FINDINGS: Dict[str, str] = {}
 
 
 def corpus_files(name: str, open_findings: bool = False) -> List[Path]:

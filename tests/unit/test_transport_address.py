@@ -29,6 +29,11 @@ def test_good_addresses(address, expected):
     "tcp://127.0.0.1:65536",
     "tcp://127.0.0.1:",
     "tcp://:30114",
+    "[:314",  # found by fuzzing: the host "[" was not empty until its bracket was stripped
+    "tcp://[]:30114",
+    "tcp://[::1:30114",
+    "tcp://::1]:30114",
+    "tcp://[::1]]:30114",
     "tcp://127.0.0.1",
     "tcp://host/path:30114",
 ])
