@@ -38,6 +38,7 @@ import argparse
 import concurrent.futures
 import importlib.util
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -159,8 +160,10 @@ class Headers:
         reference = next((path for path in found if path.parent.name == f"python{target.version.rstrip('t')}"),
                          found[-1])
         ours, theirs = (dict(ABI_DEFINES.findall(path.read_text())) for path in (pyconfig, reference))
-        differ = {name: (ours.get(name), theirs[name]) for name in theirs if ours.get(name) != theirs[name]}
-        if differ:
+        # A name only one of them defines is one the other version's headers never read
+        # (ALIGNOF_MAX_ALIGN_T came with 3.11): the names both define must agree.
+        differ = {name: (ours[name], theirs[name]) for name in ours.keys() & theirs.keys() if ours[name] != theirs[name]}
+        if differ or not ours:
             raise CheckFailed(f"{pyconfig} does not fit {arch} ({reference} differs: {differ})")
 
 
@@ -202,7 +205,11 @@ def make_wheel(target: Target, base: Path, library: Path, out: Path) -> Path:
 
 def repair(target: Target, wheel: Path, wheelhouse: Path) -> Path:
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    output = run([sys.executable, "-m", "auditwheel", "repair", "--plat", f"manylinux_2_17_{target.arch}",
+    # auditwheel's --plat accepts only this machine's architecture's names; for another, "auto"
+    # takes the architecture from the wheel's name and gives the oldest policy its symbols allow
+    # (on aarch64, whose glibc starts at 2.17, that is manylinux_2_17: the name is checked below).
+    plat = f"manylinux_2_17_{target.arch}" if target.arch == platform.machine() else "auto"
+    output = run([sys.executable, "-m", "auditwheel", "repair", "--plat", plat,
                   "--wheel-dir", str(wheelhouse), str(wheel)], cwd=wheelhouse, env=env, timeout=3600)
     repaired = sorted(wheelhouse.glob(f"bmq-*-{target.wheel_tags}-*manylinux_2_17_{target.arch}*.whl"))
     if len(repaired) != 1:
