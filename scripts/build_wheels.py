@@ -245,11 +245,12 @@ def dependency_wheels(target: Target, python: List[str], into: Path) -> List[str
     check_wheel.py's options that offer them to its compiler-less install (nothing otherwise)."""
     if not target.freethreaded:
         return []
-    output = run([*python, "-m", "pip", "wheel", "--prefer-binary", "--disable-pip-version-check", "--wheel-dir",
-                  str(into), *check_wheel.RUNTIME_DEPENDENCIES], cwd=ROOT, timeout=3600)
-    built = sorted(set(re.findall(r"Created wheel for (\S+):", output)))
+    run([*python, "-m", "pip", "wheel", "--prefer-binary", "--disable-pip-version-check", "--wheel-dir",
+         str(into), *check_wheel.RUNTIME_DEPENDENCIES], cwd=ROOT, timeout=3600)
+    # A plain linux_ tag: built by a compiler here (now or earlier: pip caches the wheels it built).
+    built = [path.name.split("-")[0] for path in into.glob("*-linux_*.whl")]
     log(f"{target}: dependency wheels {sorted(path.name for path in into.glob('*.whl'))}"
-        f"{'; built here with the compiler: ' + ', '.join(built) if built else ''}")
+        f"{'; built here with the compiler (no wheel on the index): ' + ', '.join(built) if built else ''}")
     return ["--find-links", str(into)]
 
 
