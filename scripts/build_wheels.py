@@ -17,15 +17,20 @@ prove each one: ``python scripts/build_wheels.py --out DIR``.
    installed, with a compiler, on each x86_64 version and smoke-tested.
 
 Where the interpreters and headers come from: CPython 3.10-3.13 from pyenv; 3.14 (x86_64) from a
-Debian testing chroot; the aarch64 3.13 and 3.14 from a Debian testing arm64 chroot run under
-qemu-user-static (both made and cached by ``.ci/debian-chroot.sh``). No aarch64 CPython 3.10-3.12
-is at hand: those wheels are built with pyenv's headers, which is sound because the headers are
-the same on both architectures and the ABI-relevant part of ``pyconfig.h`` (every ``SIZEOF_*`` and
-``ALIGNOF_*``) is equal on x86_64 and aarch64 -- this script compares them against Debian's
-aarch64 ``pyconfig.h`` before building -- but they are not run here (the report says so).
+Debian testing chroot; the free-threaded 3.13t (PEP 703, ABI tag ``cp313t``) from the prefix
+``.ci/build-cpython-ft.sh`` builds (``--freethreaded-prefix``, default /work/cpython-3.13t), its
+dependencies' wheels built with the local compiler where the index has none for cp313t; the
+aarch64 3.13 and 3.14 from a Debian testing arm64 chroot run under qemu-user-static (both chroots
+made and cached by ``.ci/debian-chroot.sh``). No aarch64 CPython 3.10-3.12 or 3.13t is at hand:
+those wheels are built with the x86_64 headers (pyenv's, the 3.13t prefix's), which is sound
+because the headers are the same on both architectures and the ABI-relevant part of
+``pyconfig.h`` (every ``SIZEOF_*`` and ``ALIGNOF_*``) is equal on x86_64 and aarch64 -- this
+script compares them against Debian's aarch64 ``pyconfig.h`` before building -- but they are
+not run here (the summary says so).
 
-Usage: ``python scripts/build_wheels.py --out DIR [--versions 3.10,3.14] [--archs x86_64]
-[--bench-count N] [--no-check]``. Runs as root (chroots). Exit code 0 when every check passed.
+Usage: ``python scripts/build_wheels.py --out DIR [--versions 3.10,3.13t] [--archs x86_64]
+[--bench-count N] [--no-check] [--freethreaded-prefix DIR]``. Runs as root (chroots). Exit code
+0 when every check passed.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ import argparse
 import concurrent.futures
 import importlib.util
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -49,7 +55,8 @@ import check_wheel  # noqa: E402  (the sibling script: build, content checks, in
 from check_wheel import CheckFailed, log, run  # noqa: E402
 
 ROOT = check_wheel.ROOT
-VERSIONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
+#: "3.13t" is the free-threaded build of 3.13 (a distinct ABI, so a wheel of its own).
+VERSIONS = ("3.10", "3.11", "3.12", "3.13", "3.14", "3.13t")
 ARCHS = ("x86_64", "aarch64")
 DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 GLIBC = "2.17"
@@ -61,15 +68,37 @@ ABI_DEFINES = re.compile(r"^#define ((?:SIZEOF|ALIGNOF)_\w+) (\S+)", re.MULTILIN
 
 @dataclass(frozen=True)
 class Target:
-    version: str
+    version: str  # "3.13", or "3.13t" for the free-threaded build
     arch: str
 
     @property
+    def freethreaded(self) -> bool:
+        return self.version.endswith("t")
+
+    @property
     def tag(self) -> str:
+        """The ABI tag (``cp313``, ``cp313t``), also the extension module's suffix (less ``cp``)."""
         return "cp" + self.version.replace(".", "")
+
+    @property
+    def python_tag(self) -> str:
+        """The wheel's Python tag: the free-threaded build's is the version's (``cp313``)."""
+        return self.tag.rstrip("t")
+
+    @property
+    def wheel_tags(self) -> str:
+        return f"{self.python_tag}-{self.tag}"
 
     def __str__(self) -> str:
         return f"{self.tag}-{self.arch}"
+
+
+def local_prefix(version: str, freethreaded: Path) -> Optional[Path]:
+    """Where this machine's CPython ``version`` is installed (``bin/python3.X``, ``include/python3.X``),
+    if it is: the free-threaded build's ``freethreaded`` prefix, else pyenv's."""
+    if version.endswith("t"):
+        return freethreaded if (freethreaded / "bin" / f"python{version}").exists() else None
+    return pyenv_prefix(version)
 
 
 def pyenv_prefix(version: str) -> Optional[Path]:
@@ -91,9 +120,10 @@ class Headers:
     """Each target's Python headers, in a directory of its own whose ``pyconfig.h`` is the one of
     the target's architecture (Debian's ``pyconfig.h`` only dispatches to per-architecture ones)."""
 
-    def __init__(self, work: Path, chroots: Dict[str, Path]) -> None:
+    def __init__(self, work: Path, chroots: Dict[str, Path], freethreaded: Path) -> None:
         self.work = work
         self.chroots = chroots
+        self.freethreaded = freethreaded
 
     def _debian(self, target: Target) -> Optional[Path]:
         chroot = self.chroots.get(target.arch)
@@ -110,25 +140,31 @@ class Headers:
         debian = self._debian(target)
         if debian is not None:
             return debian
-        prefix = pyenv_prefix(target.version)
+        prefix = local_prefix(target.version, self.freethreaded)
         if prefix is None:
-            raise CheckFailed(f"no headers for CPython {target.version}: neither pyenv nor the Debian chroot has them")
+            raise CheckFailed(f"no headers for CPython {target.version}: neither pyenv, the free-threaded prefix "
+                              f"{self.freethreaded} nor the Debian chroot has them")
         headers = prefix / "include" / f"python{target.version}"
         if target.arch != "x86_64":
-            self._check_abi(headers / "pyconfig.h", target.arch)
+            self._check_abi(headers / "pyconfig.h", target)
         return headers
 
-    def _check_abi(self, pyconfig: Path, arch: str) -> None:
-        """pyenv's x86_64 ``pyconfig.h`` serves ``arch`` only if its sizes and alignments are the
-        ones Debian's ``pyconfig.h`` of ``arch`` has (for any version it holds)."""
-        references = sorted((self.chroots[arch] / "usr" / "include" / f"{arch}-linux-gnu").glob("python3.*/pyconfig.h")) \
+    def _check_abi(self, pyconfig: Path, target: Target) -> None:
+        """An x86_64 ``pyconfig.h`` serves ``target.arch`` only if its sizes and alignments are the
+        ones Debian's ``pyconfig.h`` of that architecture has (the same version's where there is one)."""
+        arch = target.arch
+        found = sorted((self.chroots[arch] / "usr" / "include" / f"{arch}-linux-gnu").glob("python3.*/pyconfig.h")) \
             if arch in self.chroots else []
-        if not references:
+        if not found:
             raise CheckFailed(f"no {arch} pyconfig.h to check {pyconfig}'s ABI against (the {arch} chroot)")
-        ours, theirs = (dict(ABI_DEFINES.findall(path.read_text())) for path in (pyconfig, references[-1]))
-        differ = {name: (ours.get(name), theirs[name]) for name in theirs if ours.get(name) != theirs[name]}
-        if differ:
-            raise CheckFailed(f"{pyconfig} does not fit {arch} ({references[-1]} differs: {differ})")
+        reference = next((path for path in found if path.parent.name == f"python{target.version.rstrip('t')}"),
+                         found[-1])
+        ours, theirs = (dict(ABI_DEFINES.findall(path.read_text())) for path in (pyconfig, reference))
+        # A name only one of them defines is one the other version's headers never read
+        # (ALIGNOF_MAX_ALIGN_T came with 3.11): the names both define must agree.
+        differ = {name: (ours[name], theirs[name]) for name in ours.keys() & theirs.keys() if ours[name] != theirs[name]}
+        if differ or not ours:
+            raise CheckFailed(f"{pyconfig} does not fit {arch} ({reference} differs: {differ})")
 
 
 def zig() -> List[str]:
@@ -154,7 +190,7 @@ def make_wheel(target: Target, base: Path, library: Path, out: Path) -> Path:
         old.unlink()
     shutil.copy(library, tree / "bmq" / library.name)
     (wheel_file,) = tree.glob("*.dist-info/WHEEL")
-    text = re.sub(r"^Tag: .*$", f"Tag: {target.tag}-{target.tag}-linux_{target.arch}", wheel_file.read_text(),
+    text = re.sub(r"^Tag: .*$", f"Tag: {target.wheel_tags}-linux_{target.arch}", wheel_file.read_text(),
                   flags=re.MULTILINE)
     wheel_file.write_text(text)
     (record,) = tree.glob("*.dist-info/RECORD")
@@ -169,26 +205,26 @@ def make_wheel(target: Target, base: Path, library: Path, out: Path) -> Path:
 
 def repair(target: Target, wheel: Path, wheelhouse: Path) -> Path:
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    output = run([sys.executable, "-m", "auditwheel", "repair", "--plat", f"manylinux_2_17_{target.arch}",
+    # auditwheel's --plat accepts only this machine's architecture's names; for another, "auto"
+    # takes the architecture from the wheel's name and gives the oldest policy its symbols allow
+    # (on aarch64, whose glibc starts at 2.17, that is manylinux_2_17: the name is checked below).
+    plat = f"manylinux_2_17_{target.arch}" if target.arch == platform.machine() else "auto"
+    output = run([sys.executable, "-m", "auditwheel", "repair", "--plat", plat,
                   "--wheel-dir", str(wheelhouse), str(wheel)], cwd=wheelhouse, env=env, timeout=3600)
-    repaired = sorted(wheelhouse.glob(f"bmq-*-{target.tag}-{target.tag}-*manylinux_2_17_{target.arch}*.whl"))
+    repaired = sorted(wheelhouse.glob(f"bmq-*-{target.wheel_tags}-*manylinux_2_17_{target.arch}*.whl"))
     if len(repaired) != 1:
         raise CheckFailed(f"auditwheel made no manylinux_2_17 wheel for {target}:\n{output[-3000:]}")
     return repaired[0]
 
 
-def interpreter(target: Target, chroots: Dict[str, Path]) -> Optional[List[str]]:
+def interpreter(target: Target, chroots: Dict[str, Path], freethreaded: Path) -> Optional[List[str]]:
     """The command that starts a CPython of ``target`` on this machine, if there is one."""
     chroot = chroots.get(target.arch)
-    if chroot is not None and (chroot / "usr" / "bin" / f"python{target.version}").exists() and \
-            (target.arch != "x86_64" or pyenv_prefix(target.version) is None):
+    prefix = local_prefix(target.version, freethreaded) if target.arch == "x86_64" else None
+    if chroot is not None and (chroot / "usr" / "bin" / f"python{target.version}").exists() and prefix is None:
         return ["chroot", str(chroot), "/usr/bin/env", "-i", "HOME=/root", "PATH=/usr/local/bin:/usr/bin:/bin",
                 "LANG=C.UTF-8", f"/usr/bin/python{target.version}"]
-    if target.arch == "x86_64":
-        prefix = pyenv_prefix(target.version)
-        if prefix is not None:
-            return [str(prefix / "bin" / f"python{target.version}")]
-    return None
+    return [str(prefix / "bin" / f"python{target.version}")] if prefix is not None else None
 
 
 def bind(chroots: Dict[str, Path], paths: Sequence[Path], made: List[Path]) -> None:
@@ -203,15 +239,43 @@ def bind(chroots: Dict[str, Path], paths: Sequence[Path], made: List[Path]) -> N
                 made.append(inside)
 
 
-def check(target: Target, python: List[str], wheel: Path, sdist: Path, bench_count: int) -> str:
+def dependency_wheels(target: Target, python: List[str], into: Path) -> List[str]:
+    """For a free-threaded ``target``: bmq's dependencies as wheels in ``into``, built with the
+    local compiler where the index has none for that ABI (zstandard had no cp313t wheel there);
+    check_wheel.py's options that offer them to its compiler-less install (nothing otherwise)."""
+    if not target.freethreaded:
+        return []
+    run([*python, "-m", "pip", "wheel", "--prefer-binary", "--disable-pip-version-check", "--wheel-dir",
+         str(into), *check_wheel.RUNTIME_DEPENDENCIES], cwd=ROOT, timeout=3600)
+    # A plain linux_ tag: built by a compiler here (now or earlier: pip caches the wheels it built).
+    built = [path.name.split("-")[0] for path in into.glob("*-linux_*.whl")]
+    log(f"{target}: dependency wheels {sorted(path.name for path in into.glob('*.whl'))}"
+        f"{'; built here with the compiler (no wheel on the index): ' + ', '.join(built) if built else ''}")
+    return ["--find-links", str(into)]
+
+
+def check(target: Target, python: List[str], wheel: Path, sdist: Path, bench_count: int, work: Path) -> str:
     """check_wheel.py --wheel (and, on x86_64, --sdist) with ``python``; its output."""
     script = str(ROOT / "scripts" / "check_wheel.py")
     if target.arch != "x86_64":  # under qemu: the smoke test only
         return run([*python, script, "--wheel", str(wheel), "--bench-count", "0"], cwd=ROOT, timeout=3600)
+    links = dependency_wheels(target, python, work / f"dependencies-{target}")
     # The sdist must fail to install where the wheel installs (no compiler), and work with one.
-    output = run([*python, script, "--wheel", str(wheel), "--sdist", str(sdist), "--bench-count", str(bench_count)],
-                 cwd=ROOT, timeout=3600)
+    output = run([*python, script, "--wheel", str(wheel), "--sdist", str(sdist), "--bench-count", str(bench_count),
+                  *links], cwd=ROOT, timeout=3600)
     return output + run([*python, script, "--sdist", str(sdist)], cwd=ROOT, timeout=3600)
+
+
+def summary(target: Target, output: str) -> str:
+    """One line from ``check``'s ``output`` (logged in full here): the smoke tests passed and
+    ``bmq bench``'s throughput."""
+    for line in output.splitlines():
+        log(f"{target} | {line}")
+    passed = sum("smoke test passed" in line for line in output.splitlines())
+    # bench's row: client, acked, received, post msg/s, e2e msg/s, MB/s, latencies
+    row = re.search(r"\| bmq +[\d,]+ +[\d,]+ +([\d,]+) +([\d,]+) ", output)
+    bench = f"; bench: post {row[1]} msg/s, end to end {row[2]} msg/s" if row else ""
+    return f"checked: {passed} smoke test(s) passed" + ("" if target.arch == "x86_64" else " (under qemu)") + bench
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -221,6 +285,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--archs", default=",".join(ARCHS), help=f"default {','.join(ARCHS)}")
     parser.add_argument("--bench-count", type=int, default=20_000, help="messages for bmq bench (x86_64)")
     parser.add_argument("--no-check", action="store_true", help="build and repair only")
+    parser.add_argument("--freethreaded-prefix", type=Path, default=Path("/work/cpython-3.13t"),
+                        help="the free-threaded CPython 3.13t (.ci/build-cpython-ft.sh's PREFIX; default %(default)s)")
     args = parser.parse_args(argv)
     targets = [Target(version, arch) for arch in args.archs.split(",") for version in args.versions.split(",")]
     started = time.monotonic()
@@ -234,7 +300,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         try:
             # x86_64 needs the chroot for what pyenv lacks (3.14); aarch64 always (headers, qemu).
             chroots.update({arch: debian_chroot(arch) for arch in {target.arch for target in targets}
-                            if arch != "x86_64" or any(interpreter(t, {}) is None for t in targets if t.arch == arch)})
+                            if arch != "x86_64" or any(interpreter(t, {}, args.freethreaded_prefix) is None
+                                                       for t in targets if t.arch == arch)})
             log(f"building the sdist and, from it, the local wheel ({sys.executable})")
             tree = check_wheel.copy_checkout(work / "checkout")
             built = check_wheel.build(tree, work / "dist", timeout=3600)
@@ -243,7 +310,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             # setup.py runs cythonize() before setup() reads its command: --name only generates the C.
             run([sys.executable, "setup.py", "--name"], cwd=tree, timeout=3600)
             source = tree / "bmq" / "_codec.c"
-            headers = Headers(work, chroots)
+            headers = Headers(work, chroots, args.freethreaded_prefix)
 
             def build_one(target: Target) -> Path:
                 library = compile_codec(target, source, headers.find(target), work)
@@ -258,20 +325,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
                     futures = {}
                     for target in targets:
-                        python = interpreter(target, chroots)
+                        python = interpreter(target, chroots, args.freethreaded_prefix)
                         if python is None:
                             results[target] = "built and repaired; not run (no CPython of this version and " \
                                               "architecture here)"
                             continue
                         futures[target] = pool.submit(check, target, python, wheels[target], sdist,
-                                                      args.bench_count)
+                                                      args.bench_count, work)
                     for target, future in futures.items():
-                        output = future.result()
-                        for line in output.splitlines():
-                            log(f"{target} | {line}")
-                        passed = [line for line in output.splitlines() if "smoke test passed" in line]
-                        results[target] = f"checked: {len(passed)} smoke test(s) passed" + \
-                            ("" if target.arch == "x86_64" else " (under qemu)")
+                        try:  # one wheel's failure is reported with the others' results
+                            results[target] = summary(target, future.result())
+                        except (CheckFailed, subprocess.TimeoutExpired) as exc:
+                            log(f"{target}: FAILED: {exc}")
+                            results[target] = "FAILED (above)"
         except (CheckFailed, subprocess.TimeoutExpired) as exc:
             log(f"FAILED: {exc}")
             return 1
@@ -279,9 +345,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             for point in mounted:  # only these: /proc and /dev/shm stay for others using the chroot
                 subprocess.run(["umount", "-l", str(point)])
     for target in targets:
-        log(f"{target}: {wheels[target].name}: {results.get(target, 'built and repaired')}")
+        log(f"{target}: {wheels[target].name} ({check_wheel.size(wheels[target])}): "
+            f"{results.get(target, 'built and repaired')}")
     log(f"sdist {sdist.name}; all done in {time.monotonic() - started:.0f} s")
-    return 0
+    return 1 if any(result.startswith("FAILED") for result in results.values()) else 0
 
 
 if __name__ == "__main__":

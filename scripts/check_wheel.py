@@ -28,8 +28,8 @@ the ``release`` extra (``pip install -e ".[release]"``). Exit code 0 when every 
 
 Steps 4 and 5 alone, for a distribution built elsewhere (``scripts/build_wheels.py`` runs them
 with each version's interpreter, this file being standard library only):
-``python3.X scripts/check_wheel.py --wheel WHEEL [--sdist SDIST] [--bench-count N]`` installs the
-wheel with no compiler on PATH (``--bench-count 0``: no ``bmq bench``, the smoke test is enough
+``python3.X scripts/check_wheel.py --wheel WHEEL [--sdist SDIST] [--bench-count N] [--find-links DIR]``
+installs the wheel with no compiler on PATH (``--bench-count 0``: no ``bmq bench``, the smoke test is enough
 under an emulator); ``python3.X scripts/check_wheel.py --sdist SDIST`` alone installs the sdist
 *with* the compiler (it builds the codec) and runs ``bmq --version`` and the smoke test.
 """
@@ -59,6 +59,7 @@ BUILD_DEPENDENCIES = ("setuptools", "Cython", "wheel", "packaging")
 
 SMOKE_TEST = '''
 import sys
+import sysconfig
 from pathlib import Path
 
 import bmq
@@ -69,6 +70,11 @@ prefix = Path(sys.prefix).resolve()
 for module in (bmq, _codec):
     assert prefix in Path(module.__file__).resolve().parents, f"{module.__name__} from {module.__file__}"
 assert Path(_codec.__file__).suffix == ".so", _codec.__file__
+build = "GIL build"
+if sysconfig.get_config_var("Py_GIL_DISABLED"):
+    # The codec declares itself free-threading compatible: the GIL must stay off after the imports.
+    assert not sys._is_gil_enabled(), "importing bmq (or crc32c, zstandard) enabled the GIL"
+    build = "free-threaded, GIL off"
 
 with Broker() as broker, bmq.Session(broker.address) as session:
     queue = session.open_queue("bmq://bmq.test.mem.priority/smoke", read=True, write=True)
@@ -78,7 +84,7 @@ with Broker() as broker, bmq.Session(broker.address) as session:
     assert message is not None and message.data == b"x" * 4000, message
     assert message.properties == {"kind": "smoke", "n": 7}, message.properties
     message.confirm()
-print(f"smoke test passed: bmq {bmq.__version__} from {Path(bmq.__file__).parent}")
+print(f"smoke test passed: bmq {bmq.__version__} from {Path(bmq.__file__).parent} ({build})")
 '''
 
 
@@ -196,8 +202,10 @@ def no_compiler_environment(work: Path, env_dir: Path) -> Dict[str, str]:
     return env
 
 
-def check_install(sdist: Optional[Path], wheel: Path, work: Path, *, offline: bool, bench_count: int) -> None:
-    """Steps 4 and 5 (see the module's docstring); without ``sdist``, no attempt to install it."""
+def check_install(sdist: Optional[Path], wheel: Path, work: Path, *, offline: bool, bench_count: int,
+                  find_links: Optional[Path] = None) -> None:
+    """Steps 4 and 5 (see the module's docstring); without ``sdist``, no attempt to install it.
+    ``find_links``: a directory of dependency wheels pip may take besides the index's."""
     env_dir = work / "venv"
     venv.EnvBuilder(with_pip=True, symlinks=True).create(env_dir)
     env = no_compiler_environment(work, env_dir)
@@ -224,7 +232,8 @@ def check_install(sdist: Optional[Path], wheel: Path, work: Path, *, offline: bo
             raise CheckFailed(f"pip install {sdist.name} failed, but not for want of a compiler:\n{output[-6000:]}")
         log(f"  the sdist does not install without a compiler, as expected: {reasons[0]}")
 
-    run([*pip, "--only-binary", ":all:", str(wheel)] + (["--no-deps"] if offline else []), cwd=elsewhere, env=env)
+    run([*pip, "--only-binary", ":all:", str(wheel)] + (["--no-deps"] if offline else []) +
+        (["--find-links", str(find_links)] if find_links else []), cwd=elsewhere, env=env)
     check_installed(python, wheel.name.split("-")[1], elsewhere, env, bench_count=bench_count)
 
 
@@ -259,7 +268,7 @@ def check_sdist_install(sdist: Path, work: Path) -> None:
     check_installed(python, sdist.name[len("bmq-"):-len(".tar.gz")], elsewhere, env, bench_count=0)
 
 
-def check_given(wheel: Optional[Path], sdist: Optional[Path], bench_count: int) -> int:
+def check_given(wheel: Optional[Path], sdist: Optional[Path], bench_count: int, find_links: Optional[Path]) -> int:
     """``--wheel`` / ``--sdist``: check distributions built elsewhere with this interpreter."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bmq-check-wheel-") as temporary:
@@ -267,7 +276,8 @@ def check_given(wheel: Optional[Path], sdist: Optional[Path], bench_count: int) 
             if wheel is not None:
                 log(f"installing {wheel.name} in a fresh venv of Python {sys.version.split()[0]} "
                     f"({sys.executable}) without a C compiler on PATH")
-                check_install(sdist, wheel.resolve(), Path(temporary), offline=False, bench_count=bench_count)
+                check_install(sdist, wheel.resolve(), Path(temporary), offline=False, bench_count=bench_count,
+                              find_links=find_links.resolve() if find_links else None)
             elif sdist is not None:
                 log(f"installing {sdist.name} in a fresh venv of Python {sys.version.split()[0]} ({sys.executable}), "
                     f"with a C compiler")
@@ -293,9 +303,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--wheel", type=Path, help="check this wheel, built elsewhere, instead of building one")
     parser.add_argument("--sdist", type=Path, help="with --wheel: it must not install without a compiler; "
                                                    "alone: check that it installs with one")
+    parser.add_argument("--find-links", type=Path, help="with --wheel: dependency wheels to take from DIR too "
+                                                        "(those the index lacks for this interpreter)")
     args = parser.parse_args(argv)
     if args.wheel or args.sdist:
-        return check_given(args.wheel, args.sdist, args.bench_count)
+        return check_given(args.wheel, args.sdist, args.bench_count, args.find_links)
     if not sys.platform.startswith("linux"):
         log(f"this check repairs Linux wheels; {sys.platform} builds are configured in pyproject.toml "
             f"[tool.cibuildwheel]")

@@ -41,10 +41,39 @@ def _key_and_request(name: str, subject: str, cwd: Path) -> None:
              "-out", f"{name}.csr", "-subj", subject, cwd=cwd)
 
 
-def _sign(name: str, ca: str, extensions: str, cwd: Path, days: int = 30) -> None:
+def _sign(name: str, ca: str, extensions: str, cwd: Path) -> None:
     (cwd / f"{name}.ext").write_text(extensions + "\n")
     _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key", "-CAcreateserial",
-             "-out", f"{name}.pem", "-days", str(days), "-extfile", f"{name}.ext", cwd=cwd)
+             "-out", f"{name}.pem", "-days", "30", "-extfile", f"{name}.ext", cwd=cwd)
+
+
+# `openssl ca`'s configuration for the expired certificate: a throwaway database in the directory.
+_EXPIRED_CA_CONFIG = """\
+[ca]
+default_ca = expired
+[expired]
+database = expired-index.txt
+serial = expired-serial.txt
+new_certs_dir = .
+default_md = sha256
+policy = anything
+unique_subject = no
+[anything]
+commonName = supplied
+"""
+
+
+def _sign_expired(name: str, ca: str, extensions: str, cwd: Path) -> None:
+    """A certificate whose validity ended in 2020 (and began the day before). `openssl x509
+    -days -1` made one until OpenSSL 3.4, which refuses a negative count, and its `-not_after`
+    is not in the OpenSSL 3.0 of older systems; `openssl ca -startdate/-enddate` works on both."""
+    (cwd / f"{name}.ext").write_text(extensions + "\n")
+    (cwd / "expired-ca.cnf").write_text(_EXPIRED_CA_CONFIG)
+    (cwd / "expired-index.txt").write_text("")
+    (cwd / "expired-serial.txt").write_text("01\n")
+    _openssl("ca", "-batch", "-notext", "-config", "expired-ca.cnf", "-cert", f"{ca}.pem", "-keyfile", f"{ca}.key",
+             "-in", f"{name}.csr", "-out", f"{name}.pem", "-startdate", "20200101000000Z",
+             "-enddate", "20200102000000Z", "-extfile", f"{name}.ext", cwd=cwd)
 
 
 def make_certificates(directory: Path) -> Dict[str, Path]:
@@ -59,15 +88,15 @@ def make_certificates(directory: Path) -> Dict[str, Path]:
     server = "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName="
     client = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth"
     made = [
-        ("server", "/CN=localhost", "ca", server + "DNS:localhost,IP:127.0.0.1", 30),
-        ("wrong-host", "/CN=broker.invalid", "ca", server + "DNS:broker.invalid", 30),
-        ("expired", "/CN=localhost", "ca", server + "DNS:localhost,IP:127.0.0.1", -1),  # notAfter < notBefore
-        ("client", "/CN=bmq test client", "ca", client, 30),
-        ("stranger", "/CN=bmq test stranger", "other-ca", client, 30),
+        ("server", "/CN=localhost", "ca", server + "DNS:localhost,IP:127.0.0.1", _sign),
+        ("wrong-host", "/CN=broker.invalid", "ca", server + "DNS:broker.invalid", _sign),
+        ("expired", "/CN=localhost", "ca", server + "DNS:localhost,IP:127.0.0.1", _sign_expired),
+        ("client", "/CN=bmq test client", "ca", client, _sign),
+        ("stranger", "/CN=bmq test stranger", "other-ca", client, _sign),
     ]
-    for name, subject, ca, extensions, days in made:
+    for name, subject, ca, extensions, sign in made:
         _key_and_request(name, subject, directory)
-        _sign(name, ca, extensions, directory, days)
+        sign(name, ca, extensions, directory)
     files = {}
     for name in ("ca", "other-ca", "server", "wrong-host", "expired", "client", "stranger"):
         files[name] = directory / f"{name}.pem"
