@@ -20,7 +20,8 @@ consumer stopped receiving for good on a connection that stayed up while the pro
 194,200 posts were acknowledged (dropped chunks of whole PUSH or CONFIRM events leave messages
 the broker counts as delivered and unconfirmed, and a flipped ConfigureStream may be accepted
 with other values). The honest network starts with fresh connections, and this test judges
-what it promises from there.
+what it promises from there; a queue closed for good by a garbled reopen is opened again, as
+an application does on QueueReopenFailed.
 """
 from __future__ import annotations
 
@@ -109,9 +110,13 @@ class _Producer:
             self._in_flight -= 1
             self._cond.notify_all()
 
+    def halt(self) -> None:
+        """Stop posting (without waiting)."""
+        self._stop.set()
+
     def stop(self) -> None:
         """Stop posting and wait for every post to be answered."""
-        self._stop.set()
+        self.halt()
         self._thread.join(RECOVERY_TIMEOUT)
         assert not self._thread.is_alive(), "the producer hangs in post_async"
         with self._cond:
@@ -145,19 +150,35 @@ def test_hostile_proxy_loses_nothing_acknowledged(broker_address, caplog):
     options = ha_options(ack_timeout=15.0, on_event=on_event)
     with Proxy(broker_address) as proxy:
         with bmq.Session(proxy.address, options) as consumer, bmq.Session(proxy.address, options) as producer:
-            consumer.open_queue(uri, read=True, on_message=on_message)
+            reader = [consumer.open_queue(uri, read=True, on_message=on_message)]
             posting = _Producer(producer.open_queue(uri, write=True)).start()
-            proxy.tamper(seed=20261128, **{kind: PROBABILITY for kind in TAMPER_KINDS})
-            harmed = until(lambda: all(proxy.tampered[(d, k)] >= HARMS for d in ("up", "down")
-                                       for k in TAMPER_KINDS), HOSTILE_TIMEOUT)
-            proxy.honest()
-            proxy.cut()  # see the module's docstring: no connection the proxy starved survives
-            assert harmed, f"the proxy did not do every harm {HARMS} times each way: {dict(proxy.tampered)}"
-            honest_at = posting.posted
-            with arrived:  # the honest proxy carries new messages end to end again
-                assert arrived.wait_for(lambda: newest[0] > honest_at, RECOVERY_TIMEOUT), \
+            try:
+                proxy.tamper(seed=20261128, **{kind: PROBABILITY for kind in TAMPER_KINDS})
+                harmed = until(lambda: all(proxy.tampered[(d, k)] >= HARMS for d in ("up", "down")
+                                           for k in TAMPER_KINDS), HOSTILE_TIMEOUT)
+                proxy.honest()
+                proxy.cut()  # see the module's docstring: no connection the proxy starved survives
+                assert harmed, f"the proxy did not do every harm {HARMS} times each way: {dict(proxy.tampered)}"
+                honest_at = posting.posted
+
+                def flowing() -> bool:
+                    """Whether a message posted since the proxy turned honest arrived; a queue a
+                    garbled reopen closed for good (QueueReopenFailed) is opened again first."""
+                    try:
+                        if not reader[0].is_open:
+                            reader[0] = consumer.open_queue(uri, read=True, on_message=on_message)
+                        if not posting.queue.is_open:
+                            posting.queue = producer.open_queue(uri, write=True)
+                    except bmq.Error:
+                        pass  # still reconnecting: the next look opens it
+                    with arrived:
+                        return arrived.wait_for(lambda: newest[0] > honest_at, 1.0)
+
+                assert until(flowing, RECOVERY_TIMEOUT), \
                     f"nothing posted after the proxy turned honest arrived: events {session_events}, " \
                     f"posts {posting.posted} ({posting.failed}), newest delivered {newest[0]}"
+            finally:
+                posting.halt()  # an assertion above must not leave it posting into the teardown
             posting.stop()
 
             def undelivered() -> List[bytes]:
