@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 from . import _codec
 from ._connection import Connection
@@ -22,7 +22,7 @@ from ._queue import Queue
 from ._registry import QueueRegistry
 from ._telemetry import Telemetry
 from ._types import Message, MessageBatch, QueueState
-from .exceptions import ConnectionLost, QueueStateError
+from .exceptions import ConnectionLost, ProtocolError, QueueStateError
 
 __all__ = ["Deliveries"]
 
@@ -43,11 +43,14 @@ class Deliveries:
         registry: the session's queues; ``lock`` guards it (and the confirm counters).
         write_timeout: ``channel_write_timeout``: how long a confirm waits above the high watermark.
         telemetry: starts a consumer span per delivery and ends it at the confirm, or None.
+        on_error: told (on the reader thread) of a PUSH event that could not be decoded whole.
     """
 
     def __init__(self, owner: object, registry: QueueRegistry, lock: "threading.RLock",
-                 write_timeout: float, telemetry: Optional[Telemetry] = None) -> None:
+                 write_timeout: float, telemetry: Optional[Telemetry] = None,
+                 on_error: Callable[[str], None] = lambda text: None) -> None:
         self._owner = owner
+        self._on_error = on_error
         self._registry = registry
         self._lock = lock
         self._write_timeout = write_timeout
@@ -71,41 +74,59 @@ class Deliveries:
         # Consecutive messages for one queue are handed over together (one call, one count).
         queue: Optional[Queue] = None
         run: List[Message] = []
-        for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event):
-            for sid in sub_ids:
-                # A Queue is always truthy: `or` only falls back for an unregistered subscription.
-                target = readers.get((queue_id, sid)) or self._sole_reader(queue_id, sid)
-                if target is None:
-                    continue
-                if target is not queue:
-                    if run:
-                        queue.deliver(run)  # type: ignore[union-attr]
-                    queue, run = target, []
-                message = Message(payload, guid, target, area, new_style, sid)
-                if telemetry is not None:
-                    telemetry.delivered(message, target.on_message is None)
-                run.append(message)
+        try:
+            for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event):
+                for sid in sub_ids:
+                    # A Queue is always truthy: `or` only falls back for an unregistered subscription.
+                    target = readers.get((queue_id, sid)) or self._sole_reader(queue_id, sid)
+                    if target is None:
+                        continue
+                    if target is not queue:
+                        if run:
+                            queue.deliver(run)  # type: ignore[union-attr]
+                        queue, run = target, []
+                    message = Message(payload, guid, target, area, new_style, sid)
+                    if telemetry is not None:
+                        telemetry.delivered(message, target.on_message is None)
+                    run.append(message)
+        except ProtocolError as exc:
+            self._undecodable(exc)
         if run:
             queue.deliver(run)  # type: ignore[union-attr]
+
+    def _undecodable(self, exc: ProtocolError) -> None:
+        """A message of a PUSH event could not be decoded (its payload does not decompress,
+        its properties do not parse): the event is skipped (the codec decodes an event whole)
+        and the connection stays up, as the C++ SDK keeps it. Dropping the connection would not
+        help: the broker delivers such a message again first on the next one, and the consumer
+        would reconnect for ever. The skipped messages stay unconfirmed: each holds a place of
+        ``max_unconfirmed_messages`` until the next reconnect, when the broker delivers them
+        again."""
+        text = f"a PUSH event from the broker could not be decoded and was skipped (its messages stay unconfirmed): {exc}"
+        logger.error("%s", text)
+        self._on_error(text)
 
     def _handle_push_columns(self, event: bytes) -> None:
         """:meth:`handle_push` for a session with batch readers: one MessageBatch per run of
         messages for one queue (a reader of single messages gets the batch's messages)."""
         readers = self._registry.readers
-        for queue_id, sub_ids, _, guids, payloads, offsets, areas in _codec.push_columns(event):
-            for sid in sub_ids:
-                target = readers.get((queue_id, sid)) or self._sole_reader(queue_id, sid)
-                if target is None:
-                    continue
-                batch = MessageBatch(target, guids, payloads, offsets, areas, ((0, sid),))
-                if target.batches:
-                    target.deliver_batch(batch)
-                    continue
-                messages = batch.messages()
-                if self._telemetry is not None:
-                    for message in messages:
-                        self._telemetry.delivered(message, target.on_message is None)
-                target.deliver(messages)
+        try:
+            for queue_id, sub_ids, _, guids, payloads, offsets, areas in _codec.push_columns(event):
+                for sid in sub_ids:
+                    target = readers.get((queue_id, sid)) or self._sole_reader(queue_id, sid)
+                    if target is None:
+                        continue
+                    batch = MessageBatch(target, guids, payloads, offsets, areas, ((0, sid),))
+                    if target.batches:
+                        target.deliver_batch(batch)
+                        continue
+                    messages = batch.messages()
+                    if self._telemetry is not None:
+                        for message in messages:
+                            self._telemetry.delivered(message, target.on_message is None)
+                    target.deliver(messages)
+        except ProtocolError as exc:
+            self._undecodable(exc)
 
     def confirm(self, messages: Iterable[Message], conn: Optional[Connection]) -> None:
         """CONFIRM ``messages`` on ``conn`` (None: not connected, they are dropped).

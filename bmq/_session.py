@@ -155,7 +155,8 @@ class Session:
         self._events = EventQueue(self._dispatcher, on_event or options.on_event, _EVENT_BACKLOG)
         self._queue_services = QueueServices(self)
         self._handles = QueueHandles(self._call, self._lock, self._queues)
-        self._deliveries = Deliveries(self, self._queues, self._lock, options.channel_write_timeout, self._telemetry)
+        self._deliveries = Deliveries(self, self._queues, self._lock, options.channel_write_timeout, self._telemetry,
+                                      lambda text: self._events.emit(ev.Error(text)))
         self.outbox_recovered = sum(map(len, self._recovered.values()))
         """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
         GUID) when its queue is opened for writing."""
