@@ -56,6 +56,9 @@ COMPILERS = ("gcc", "cc", "c++", "g++", "clang", "clang++", "x86_64-linux-gnu-gc
 SHELL_TOOLS = ("sh", "bash", "env", "uname", "cat", "ls", "rm", "mkdir", "cp", "mv")
 RUNTIME_DEPENDENCIES = ("crc32c", "zstandard")
 BUILD_DEPENDENCIES = ("setuptools", "Cython", "wheel", "packaging")
+# Installing the sdist runs Cython on the codec before the C compiler: where Cython has no compiled
+# wheel (3.13t: only its pure-Python one) that alone took over 600 s on a loaded 2-core machine.
+SDIST_TIMEOUT = 1800.0
 
 SMOKE_TEST = '''
 import sys
@@ -225,7 +228,7 @@ def check_install(sdist: Optional[Path], wheel: Path, work: Path, *, offline: bo
         if offline:
             build_env["PYTHONPATH"] = str(link_distributions(BUILD_DEPENDENCIES, work / "build-dependencies"))
         output = run([*pip, "--no-deps", str(sdist)] + (["--no-build-isolation"] if offline else []),
-                     cwd=elsewhere, env=build_env, expect_failure=True)
+                     cwd=elsewhere, env=build_env, expect_failure=True, timeout=SDIST_TIMEOUT)
         reasons = [line.strip() for line in output.splitlines()
                    if "error" in line.lower() and any(f"'{name}'" in line or f"{name}:" in line for name in COMPILERS)]
         if not reasons:
@@ -264,7 +267,7 @@ def check_sdist_install(sdist: Path, work: Path) -> None:
     python = str(env_dir / "bin" / "python")
     elsewhere = work / "elsewhere"
     elsewhere.mkdir()
-    run([python, "-m", "pip", "install", "--no-input", str(sdist)], cwd=elsewhere, env=env, timeout=900)
+    run([python, "-m", "pip", "install", "--no-input", str(sdist)], cwd=elsewhere, env=env, timeout=SDIST_TIMEOUT)
     check_installed(python, sdist.name[len("bmq-"):-len(".tar.gz")], elsewhere, env, bench_count=0)
 
 
