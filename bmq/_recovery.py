@@ -217,7 +217,7 @@ class Recovery:
                 for data in buffered:
                     transport.send_control(data)
                 for queue in to_reopen:
-                    self._reopen(queue)
+                    self._reopen(queue, conn)
                 self._resend_configures(deferred, transport)
                 link.restored(conn)
             except (ConnectionLost, TimeoutError) as e:
@@ -250,7 +250,14 @@ class Recovery:
             else:
                 fail_future(request.future, QueueStateError(f"{queue.uri} could not be reopened: not configured"))
 
-    def _reopen(self, queue: Queue) -> None:
+    def _reopen(self, queue: Queue, conn: Connection) -> None:
+        """Reopen ``queue`` on ``conn``; QueueReopenFailed (the queue forgotten) if the broker
+        refuses it.
+
+        Raises:
+            ConnectionLost, TimeoutError: ``conn`` failed meanwhile (the queue stays PENDING, for
+                the next connection to reopen).
+        """
         s = self._session
         try:
             self._handles.reopen(queue, s.options.open_queue_timeout, s.options.configure_queue_timeout)
@@ -262,6 +269,10 @@ class Recovery:
             self._events.emit(ev.QueueReopenFailed(queue.uri, str(e)))
             return
         with self._link.lock:
+            # Lost between the broker's answer and here, ``conn`` found the queue PENDING and
+            # left it so: marked OPEN now, no later connection would reopen it.
+            if self._link.current is not conn:
+                raise ConnectionLost("connection lost while restoring state")
             if queue.state == QueueState.PENDING:
                 queue.state = QueueState.OPEN
         self._events.emit(ev.QueueReopened(queue.uri))
