@@ -10,6 +10,7 @@ Thread-safety: every function is safe from any thread; a :class:`FrameReader` or
 is internally locked, the frame reader is not).
 """
 from typing import Any, Dict, Final, Mapping, Optional, Sequence, Tuple, Union, overload
+from .exceptions import ProtocolError
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -220,11 +221,14 @@ def build_push_events(messages: Sequence[PushSpec], max_event_size: int = ...) -
 
 PushMessage = Tuple[int, bytes, Tuple[int, ...], int, Optional[bytes], bool, bytes]
 
-def iter_push_messages(event: Buffer) -> list[PushMessage]:
+def iter_push_messages(event: Buffer, undecodable: Optional[list[Tuple[bytes, ProtocolError]]] = None,
+                       ) -> list[PushMessage]:
     """Every message of a PUSH event as ``(queue_id, guid, sub_queue_ids, flags,
     properties_area or None, new_style_properties, payload)``; payload decompressed.
     sub_queue_ids from SUB_QUEUE_INFOS (packed or not), else SUB_QUEUE_IDS_OLD, else (0,).
-    Accepts PushHeader HeaderWords >= 7. IMPLICIT_PAYLOAD gives payload b""."""
+    Accepts PushHeader HeaderWords >= 7. IMPLICIT_PAYLOAD gives payload b"".
+    With ``undecodable`` a list, a soundly framed message whose payload or properties do not
+    decode is appended to it as ``(guid, ProtocolError)`` and skipped instead of raising."""
 
 # (queue_id, sub_queue_ids, count, guids, payloads, offsets, areas); areas: {index: (area, new_style)}
 PushRun = Tuple[int, Tuple[int, ...], int, bytes, bytes, bytes, Optional[Dict[int, Tuple[bytes, bool]]]]

@@ -74,8 +74,9 @@ class Deliveries:
         # Consecutive messages for one queue are handed over together (one call, one count).
         queue: Optional[Queue] = None
         run: List[Message] = []
+        undecodable: List[Tuple[bytes, ProtocolError]] = []
         try:
-            for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event):
+            for queue_id, guid, sub_ids, _, area, new_style, payload in _codec.iter_push_messages(event, undecodable):
                 for sid in sub_ids:
                     # A Queue is always truthy: `or` only falls back for an unregistered subscription.
                     target = readers.get((queue_id, sid)) or self._sole_reader(queue_id, sid)
@@ -90,19 +91,22 @@ class Deliveries:
                         telemetry.delivered(message, target.on_message is None)
                     run.append(message)
         except ProtocolError as exc:
-            self._undecodable(exc)
+            self._undecodable(f"a PUSH event from the broker could not be decoded and was skipped: {exc}")
         if run:
             queue.deliver(run)  # type: ignore[union-attr]
+        for guid, exc in undecodable:
+            self._undecodable(f"message {guid.hex().upper()} from the broker could not be decoded and was "
+                              f"skipped: {exc}")
 
-    def _undecodable(self, exc: ProtocolError) -> None:
-        """A message of a PUSH event could not be decoded (its payload does not decompress,
-        its properties do not parse): the event is skipped (the codec decodes an event whole)
-        and the connection stays up, as the C++ SDK keeps it. Dropping the connection would not
-        help: the broker delivers such a message again first on the next one, and the consumer
-        would reconnect for ever. The skipped messages stay unconfirmed: each holds a place of
-        ``max_unconfirmed_messages`` until the next reconnect, when the broker delivers them
-        again."""
-        text = f"a PUSH event from the broker could not be decoded and was skipped (its messages stay unconfirmed): {exc}"
+    def _undecodable(self, text: str) -> None:
+        """A PUSH message that could not be decoded (its payload does not decompress, its
+        properties do not parse) is skipped, the others of its event delivered, and the
+        connection kept, as the C++ SDK keeps it. Dropping the connection would not help: the
+        broker delivers such a message again first on the next one, and the consumer would
+        reconnect for ever. A skipped message stays unconfirmed: it holds a place of
+        ``max_unconfirmed_messages`` until the next reconnect, when the broker delivers it
+        again. (Batch readers decode an event whole: there, the whole event is skipped.)"""
+        text += " (it stays unconfirmed)"
         logger.error("%s", text)
         self._on_error(text)
 
@@ -126,7 +130,7 @@ class Deliveries:
                             self._telemetry.delivered(message, target.on_message is None)
                     target.deliver(messages)
         except ProtocolError as exc:
-            self._undecodable(exc)
+            self._undecodable(f"a PUSH event from the broker could not be decoded and was skipped: {exc}")
 
     def confirm(self, messages: Iterable[Message], conn: Optional[Connection]) -> None:
         """CONFIRM ``messages`` on ``conn`` (None: not connected, they are dropped).

@@ -219,15 +219,21 @@ cdef inline tuple push_split(Reader *r, PushView *m):
     return split_payload(r, m.h + m.app_at, m.app_len, m.flags, m.cat, m.schema, m.start + m.app_at)
 
 
-def iter_push_messages(event):
+def iter_push_messages(event, list undecodable=None):
     """Every message of a PUSH event as ``(queue_id, guid, sub_queue_ids, flags,
     properties_area or None, new_style_properties, payload)``, payload decompressed.
 
     Accepts PushHeader HeaderWords >= 7 (no SchemaId below 8). IMPLICIT_PAYLOAD gives
     payload b"".
 
+    ``undecodable``: a list, to have a message whose framing is sound but whose content is not
+    (a payload that does not decompress, properties that do not parse) appended to it as
+    ``(guid, ProtocolError)`` and skipped, rather than the whole event refused: the broker
+    delivers such a message again and again, and the others of its event must still arrive.
+
     Raises:
-        ProtocolError: for any malformed message, option or compressed payload.
+        ProtocolError: for any malformed message or option, or compressed payload (unless
+            ``undecodable`` is given).
     """
     cdef Input inp
     cdef Reader r
@@ -240,8 +246,14 @@ def iter_push_messages(event):
         if r.pos == r.end:
             _protocol_error("PUSH event without messages", r.event_type, r.pos)
         while r.pos < r.end:
-            ids = read_push(&r, &m)
-            split = push_split(&r, &m)
+            ids = read_push(&r, &m)  # the framing: r is at the next message from here on
+            try:
+                split = push_split(&r, &m)
+            except ProtocolError as exc:
+                if undecodable is None:
+                    raise
+                undecodable.append((PyBytes_FromStringAndSize(<const char *>m.h + 12, 16), exc))
+                continue
             out.append((<int32_t>bmq_load_be32(m.h + 8), PyBytes_FromStringAndSize(<const char *>m.h + 12, 16),
                         ids, m.flags, split[0], m.schema != 0, split[1]))
         return out

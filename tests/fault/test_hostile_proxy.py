@@ -27,6 +27,7 @@ an application does on QueueReopenFailed.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Dict, List, Set
 
@@ -125,13 +126,7 @@ class _Producer:
                 f"{self._in_flight} posts never answered"
 
 
-def test_hostile_proxy_loses_nothing_acknowledged(broker_address, caplog, request):
-    if "bmqbrkr" in request.node.name:
-        # Open finding (docs/security.md, "Found"): in about 1 run of 3, bmqbrkr's consumer
-        # receives nothing more once the proxy turns honest, though both sessions reconnect
-        # and reopen their queue; not yet explained.
-        request.node.add_marker(pytest.mark.xfail(reason="open finding: a consumer stalled after hostile "
-                                                         "corruption against bmqbrkr", strict=False))
+def test_hostile_proxy_loses_nothing_acknowledged(broker_address, caplog):
     caplog.set_level(logging.WARNING, logger="bmq")
     uri = fresh_uri(prefix="hostile")
     seen: Dict[bytes, bytes] = {}  # GUID -> payload as delivered
@@ -139,10 +134,13 @@ def test_hostile_proxy_loses_nothing_acknowledged(broker_address, caplog, reques
     arrived = threading.Condition()
     session_events: Dict[str, int] = {}
 
+    undecodable: Set[bytes] = set()  # GUIDs of messages the consumer reported and skipped
+
     def on_event(event: events.SessionEvent) -> None:
         name = type(event).__name__
         if isinstance(event, events.Error) and "could not be decoded" in str(event):
-            name = "Undecodable"  # a PUSH the consumer skipped (see test_undecodable_push.py)
+            name = "Undecodable"  # see test_undecodable_push.py
+            undecodable.update(bytes.fromhex(guid) for guid in re.findall(r"message ([0-9A-F]{32})", str(event)))
         session_events[name] = session_events.get(name, 0) + 1
 
     newest = [-1]  # the highest sequence number delivered intact
@@ -199,7 +197,7 @@ def test_hostile_proxy_loses_nothing_acknowledged(broker_address, caplog, reques
                         if guid not in seen and payload not in payloads_seen]
 
             with arrived:
-                delivered = arrived.wait_for(lambda: not undelivered(), RECOVERY_TIMEOUT)
+                arrived.wait_for(lambda: all(guid in undecodable for guid in undelivered()), RECOVERY_TIMEOUT)
             missing = undelivered()
             renamed = sum(1 for guid in posting.acked.keys() - seen.keys() if guid not in missing)
             garbled = sum(1 for guid, payload in seen.items() if guid in posting.acked
@@ -207,13 +205,13 @@ def test_hostile_proxy_loses_nothing_acknowledged(broker_address, caplog, reques
         tampered = dict(proxy.tampered)
     print(f"\n[hostile] posted {posting.posted}, acked {len(posting.acked)}, failures {posting.failed}, "
           f"delivered {len(seen)} (garbled payloads {garbled}, under a flipped GUID {renamed}), "
-          f"tampered chunks {tampered}, "
+          f"reported undecodable {len(undecodable)}, tampered chunks {tampered}, "
           f"proxy connections {proxy.connections}, events {session_events}")
     assert not posting.unexpected, posting.unexpected[:3]
     # A flip in a PUT's header (no checksum covers it) can make the broker store a message that
-    # no consumer can decode: such a message surfaces as an Undecodable error, not a delivery.
-    assert delivered or session_events.get("Undecodable", 0) > 0, \
-        f"{len(missing)} acknowledged messages never delivered, none reported undecodable"
+    # no consumer can decode: such a message surfaces as an error naming it, not a delivery.
+    unreported = [guid for guid in missing if guid not in undecodable]
+    assert not unreported, f"{len(unreported)} acknowledged messages never delivered nor reported undecodable"
     # The harm surfaced: as reconnects (a corrupt stream is dropped) or as failed posts.
     assert session_events.get("Reconnected", 0) + sum(posting.failed.values()) > 0
     crashes = [r for r in caplog.records if r.exc_info and not isinstance(r.exc_info[1], (bmq.Error, OSError))]

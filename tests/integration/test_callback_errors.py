@@ -6,9 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import bmq
-from tests.integration.conftest import ROOT
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Run in a fresh interpreter: pytest configures logging in its own process.
 SCRIPT = r"""
