@@ -261,8 +261,9 @@ def write_api_pages() -> None:
 
 
 def _site_links(text: str, prefix: str) -> str:
-    """README links to ``docs/x.md`` and to the changelog point at the site's pages."""
-    text = re.sub(r"\]\(docs/([a-z_-]+)\.md\)", rf"]({prefix}\1.md)", text)
+    """README links to ``docs/x.md`` (and pictures ``docs/x.png``) and to the changelog point at
+    the site's pages."""
+    text = re.sub(r"\]\(docs/([a-z0-9_-]+)\.(md|png)\)", rf"]({prefix}\1.\2)", text)
     return text.replace("](CHANGELOG.md)", f"]({prefix}changelog.md)")
 
 
