@@ -94,9 +94,9 @@ class Deliveries:
             self._undecodable(f"a PUSH event from the broker could not be decoded and was skipped: {exc}")
         if run:
             queue.deliver(run)  # type: ignore[union-attr]
-        for guid, exc in undecodable:
+        for guid, error in undecodable:
             self._undecodable(f"message {guid.hex().upper()} from the broker could not be decoded and was "
-                              f"skipped: {exc}")
+                              f"skipped: {error}")
 
     def _undecodable(self, text: str) -> None:
         """A PUSH message that could not be decoded (its payload does not decompress, its
