@@ -21,7 +21,7 @@ from ._connection import Connection
 from ._queue import Queue
 from ._registry import QueueRegistry
 from ._telemetry import Telemetry
-from ._types import Message, MessageBatch, QueueState
+from ._types import Message, MessageBatch, QUEUE_CLOSED, QueueState
 from .exceptions import ConnectionLost, ProtocolError, QueueStateError
 
 __all__ = ["Deliveries"]
@@ -32,7 +32,6 @@ logger = logging.getLogger("bmq._session")  # the session's logger: one place to
 # that a confirm_many of a whole batch costs a handful of writer hand-offs.
 _CONFIRM_CHUNK = 20000
 # Bound once (see bmq/_queue.py): confirm() compares it by identity per message.
-_CLOSED = QueueState.CLOSED
 
 
 class Deliveries:
@@ -193,5 +192,5 @@ class Deliveries:
     def _check_confirmable(self, queue: Queue) -> None:
         if queue.session is not self._owner:
             raise QueueStateError(f"a message of {queue.uri} from another session cannot be confirmed here")
-        if queue.state is _CLOSED:
+        if queue.state is QUEUE_CLOSED:
             raise QueueStateError(f"{queue.uri} is closed: cannot confirm")

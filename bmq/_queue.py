@@ -15,7 +15,8 @@ from ._protocol import queue_flags
 from ._puts import Completion, PostRequest
 from ._stats import QueueCounters
 from ._options import QueueOptions
-from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, MessageBatch, PropertyType, QueueState
+from ._types import (Ack, AckStatus, CompressionAlgorithmType, Message, MessageBatch, PropertyType, QUEUE_CLOSED,
+                     QUEUE_CLOSING, QueueState)
 from ._uri import QueueUri
 from .exceptions import ArgumentTypeError, InvalidArgumentError, PostError, QueueStateError
 
@@ -34,7 +35,6 @@ _new_request = tuple.__new__
 _LATCH = Completion.LATCH
 # Enum members bound once and compared by identity: a read through the enum class costs ~50 ns
 # on 3.11, and get() and confirm() pay it per message.
-_CLOSED, _CLOSING = QueueState.CLOSED, QueueState.CLOSING
 logger = logging.getLogger("bmq._session")  # the session's logger: one place to look
 
 Payload = Union[bytes, bytearray, memoryview]
@@ -407,7 +407,7 @@ class Queue:
             QueueStateError: not a reader, opened with ``on_message``, or closed.
         """
         self._check_pull("get()")
-        if self.state is _CLOSED:
+        if self.state is QUEUE_CLOSED:
             raise QueueStateError(f"{self.uri} is closed")
         message: Optional[Message] = self._take(timeout)
         return message
@@ -443,6 +443,8 @@ class Queue:
     def _lock_taking(self, timeout: Optional[float]) -> Tuple[bool, Optional[float]]:
         """Acquire ``_take_lock`` within ``timeout`` (None: no bound); whether it was, and the
         time left of ``timeout``."""
+        if self._take_lock.acquire(False):  # the usual case, one taker: no clock to read
+            return True, None if timeout is None else max(0.0, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._take_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             return False, 0.0
@@ -467,7 +469,7 @@ class Queue:
             timeout: seconds of silence that end the iteration; None never ends it by time.
         """
         self._check_pull("messages()")  # once, not per message as get() would
-        while self.state is not _CLOSED:
+        while self.state is not QUEUE_CLOSED:
             try:
                 message = self._take(timeout)
             except QueueStateError:
@@ -503,7 +505,7 @@ class Queue:
         if max_messages <= 0 or (max_bytes is not None and max_bytes <= 0):
             raise InvalidArgumentError(f"get_batch: max_messages ({max_messages}) and max_bytes ({max_bytes}) "
                                        "must be positive")
-        if self.state is _CLOSED:
+        if self.state is QUEUE_CLOSED:
             raise QueueStateError(f"{self.uri} is closed")
         # Another thread may hold the lock while it waits for a first message: the timeout
         # covers waiting for the lock too.
@@ -563,7 +565,7 @@ class Queue:
         broker. It is left unconfirmed for the broker to deliver again, rather than handled
         twice (here and after that redelivery) by a callback whose confirm raises."""
         state = self.state
-        if state is _CLOSED or state is _CLOSING:
+        if state is QUEUE_CLOSED or state is QUEUE_CLOSING:
             if not self._dropped_on_close:
                 self._dropped_on_close = True
                 logger.info("%s closed: messages still waiting for on_message are not handed to it (unconfirmed, "

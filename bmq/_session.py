@@ -32,7 +32,8 @@ from ._registry import QueueRegistry
 from ._stats import SessionStats
 from ._telemetry import Telemetry
 from ._requests import ControlRequests, Request
-from ._types import Ack, AckStatus, CompressionAlgorithmType, Message, MessageBatch, QueueState, SessionState
+from ._types import (Ack, AckStatus, CompressionAlgorithmType, Message, MessageBatch, QUEUE_OPEN, QUEUE_PENDING,
+                     QueueState, SessionState)
 from ._uri import parse_uri
 from .exceptions import ConnectionError as BmqConnectionError
 from .exceptions import (
@@ -59,7 +60,6 @@ _EVENT_BACKLOG = 10000
 _session_ids = itertools.count(1)
 # An enum member read through its class costs ~50 ns on 3.11: the post path compares the
 # (singleton) members it binds here by identity.
-_OPEN, _PENDING = QueueState.OPEN, QueueState.PENDING
 
 
 class QueueServices:
@@ -605,7 +605,7 @@ class Session:
         if not queue.write:
             raise QueueStateError(f"{queue.uri} was not opened with write=True")
         state = queue.state
-        if state is not _OPEN and state is not _PENDING:
+        if state is not QUEUE_OPEN and state is not QUEUE_PENDING:
             if state is QueueState.OPENING:  # Session.post(uri) racing with its open_queue()
                 queue.opened.wait(self.options.open_queue_timeout)
             if queue.state not in (QueueState.OPEN, QueueState.PENDING):

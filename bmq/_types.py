@@ -79,6 +79,12 @@ class QueueState(_StateEnum):
     CLOSED = "closed"
 
 
+#: QueueState's members bound once, for the per-message paths (post, delivery, get) to compare by
+#: identity: reading a member through its class costs ~50 ns on 3.11, several times a message.
+QUEUE_OPEN, QUEUE_PENDING, QUEUE_CLOSING, QUEUE_CLOSED = (QueueState.OPEN, QueueState.PENDING,
+                                                          QueueState.CLOSING, QueueState.CLOSED)
+
+
 class SessionState(_StateEnum):
     """Life of a :class:`bmq.Session`."""
 
