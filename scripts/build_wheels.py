@@ -240,9 +240,24 @@ def bind(chroots: Dict[str, Path], paths: Sequence[Path], made: List[Path]) -> N
 
 
 def dependency_wheels(target: Target, python: List[str], into: Path) -> List[str]:
-    """For a free-threaded ``target``: bmq's dependencies as wheels in ``into``, built with the
-    local compiler where the index has none for that ABI (zstandard had no cp313t wheel there);
-    check_wheel.py's options that offer them to its compiler-less install (nothing otherwise)."""
+    """check_wheel.py's options that offer bmq's dependencies as wheels in ``into`` to its
+    compiler-less install (nothing if the index serves them as is).
+
+    Another architecture's (checked under qemu): downloaded by this machine's pip for the
+    target's platform and ABI, and taken from ``into`` only: pip under qemu is slow, and its
+    downloads of crc32c's aarch64 wheel were reset five times out of five. A free-threaded
+    target's: built with the local compiler where the index has none for that ABI (zstandard had
+    no cp313t wheel there).
+    """
+    if target.arch != platform.machine():
+        run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--only-binary", ":all:",
+             # pip takes the platform tags literally: the names the dependencies' wheels carry
+             *(arg for tag in ("manylinux2014", "manylinux_2_17", "manylinux_2_28")
+               for arg in ("--platform", f"{tag}_{target.arch}")), "--implementation", "cp",
+             "--python-version", target.version.rstrip("t"), "--abi", target.tag, "--dest", str(into),
+             *check_wheel.RUNTIME_DEPENDENCIES], cwd=ROOT, timeout=1800)
+        log(f"{target}: dependency wheels {sorted(path.name for path in into.glob('*.whl'))}")
+        return ["--find-links", str(into), "--no-index"]
     if not target.freethreaded:
         return []
     run([*python, "-m", "pip", "wheel", "--prefer-binary", "--disable-pip-version-check", "--wheel-dir",
@@ -257,9 +272,9 @@ def dependency_wheels(target: Target, python: List[str], into: Path) -> List[str
 def check(target: Target, python: List[str], wheel: Path, sdist: Path, bench_count: int, work: Path) -> str:
     """check_wheel.py --wheel (and, on x86_64, --sdist) with ``python``; its output."""
     script = str(ROOT / "scripts" / "check_wheel.py")
-    if target.arch != "x86_64":  # under qemu: the smoke test only
-        return run([*python, script, "--wheel", str(wheel), "--bench-count", "0"], cwd=ROOT, timeout=3600)
     links = dependency_wheels(target, python, work / f"dependencies-{target}")
+    if target.arch != "x86_64":  # under qemu: the smoke test only
+        return run([*python, script, "--wheel", str(wheel), "--bench-count", "0", *links], cwd=ROOT, timeout=3600)
     # The sdist must fail to install where the wheel installs (no compiler), and work with one.
     output = run([*python, script, "--wheel", str(wheel), "--sdist", str(sdist), "--bench-count", str(bench_count),
                   *links], cwd=ROOT, timeout=3600)
@@ -321,7 +336,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:  # the machine's 2 cores
                 wheels = dict(zip(targets, pool.map(build_one, targets)))
             if not args.no_check:
-                bind(chroots, [ROOT, out], mounted)
+                bind(chroots, [ROOT, out, work], mounted)  # work: the dependency wheels
                 with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
                     futures = {}
                     for target in targets:

@@ -206,14 +206,15 @@ def no_compiler_environment(work: Path, env_dir: Path) -> Dict[str, str]:
 
 
 def check_install(sdist: Optional[Path], wheel: Path, work: Path, *, offline: bool, bench_count: int,
-                  find_links: Optional[Path] = None) -> None:
+                  find_links: Optional[Path] = None, no_index: bool = False) -> None:
     """Steps 4 and 5 (see the module's docstring); without ``sdist``, no attempt to install it.
-    ``find_links``: a directory of dependency wheels pip may take besides the index's."""
+    ``find_links``: a directory of dependency wheels pip may take besides the index's (only
+    there with ``no_index``)."""
     env_dir = work / "venv"
     venv.EnvBuilder(with_pip=True, symlinks=True).create(env_dir)
     env = no_compiler_environment(work, env_dir)
     python = str(env_dir / "bin" / "python")
-    pip = [python, "-m", "pip", "install", "--no-input"] + (["--no-index"] if offline else [])
+    pip = [python, "-m", "pip", "install", "--no-input"] + (["--no-index"] if offline or no_index else [])
     elsewhere = work / "elsewhere"
     elsewhere.mkdir()
     if offline:
@@ -271,7 +272,8 @@ def check_sdist_install(sdist: Path, work: Path) -> None:
     check_installed(python, sdist.name[len("bmq-"):-len(".tar.gz")], elsewhere, env, bench_count=0)
 
 
-def check_given(wheel: Optional[Path], sdist: Optional[Path], bench_count: int, find_links: Optional[Path]) -> int:
+def check_given(wheel: Optional[Path], sdist: Optional[Path], bench_count: int, find_links: Optional[Path],
+                no_index: bool = False) -> int:
     """``--wheel`` / ``--sdist``: check distributions built elsewhere with this interpreter."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bmq-check-wheel-") as temporary:
@@ -280,7 +282,7 @@ def check_given(wheel: Optional[Path], sdist: Optional[Path], bench_count: int, 
                 log(f"installing {wheel.name} in a fresh venv of Python {sys.version.split()[0]} "
                     f"({sys.executable}) without a C compiler on PATH")
                 check_install(sdist, wheel.resolve(), Path(temporary), offline=False, bench_count=bench_count,
-                              find_links=find_links.resolve() if find_links else None)
+                              find_links=find_links.resolve() if find_links else None, no_index=no_index)
             elif sdist is not None:
                 log(f"installing {sdist.name} in a fresh venv of Python {sys.version.split()[0]} ({sys.executable}), "
                     f"with a C compiler")
@@ -308,9 +310,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                    "alone: check that it installs with one")
     parser.add_argument("--find-links", type=Path, help="with --wheel: dependency wheels to take from DIR too "
                                                         "(those the index lacks for this interpreter)")
+    parser.add_argument("--no-index", action="store_true",
+                        help="with --find-links: take the dependencies from DIR only, not from the package index")
     args = parser.parse_args(argv)
     if args.wheel or args.sdist:
-        return check_given(args.wheel, args.sdist, args.bench_count, args.find_links)
+        if args.no_index and not args.find_links:
+            parser.error("--no-index needs --find-links DIR (where the dependencies are)")
+        return check_given(args.wheel, args.sdist, args.bench_count, args.find_links, args.no_index)
     if not sys.platform.startswith("linux"):
         log(f"this check repairs Linux wheels; {sys.platform} builds are configured in pyproject.toml "
             f"[tool.cibuildwheel]")
