@@ -28,6 +28,10 @@ case "$#:${1:-}" in
     # aarch64 CPython 3.13 and 3.14 (their headers for the cross-build), no compiler.
     1:testing-arm64) set -- "$cache/debian-$1" testing arm64 \
         python3.13-dev,python3.13-venv,python3.14-dev,python3.14-venv,ca-certificates ;;
+    # aarch64 CPython 3.11 (Debian 12), to run the cp311 aarch64 wheel; python3-distutils by name,
+    # as debootstrap does not resolve python3.11-venv's virtual python3.11-distutils.
+    1:bookworm-arm64) set -- "$cache/debian-$1" bookworm arm64 \
+        python3.11-venv,python3-distutils,python3-setuptools-whl,python3-pip-whl,ca-certificates ;;
     4:*) ;;
     *) sed -n '2,15p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
 esac

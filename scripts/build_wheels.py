@@ -20,9 +20,11 @@ Where the interpreters and headers come from: CPython 3.10-3.13 from pyenv; 3.14
 Debian testing chroot; the free-threaded 3.13t (PEP 703, ABI tag ``cp313t``) from the prefix
 ``.ci/build-cpython-ft.sh`` builds (``--freethreaded-prefix``, default /work/cpython-3.13t), its
 dependencies' wheels built with the local compiler where the index has none for cp313t; the
-aarch64 3.13 and 3.14 from a Debian testing arm64 chroot run under qemu-user-static (both chroots
-made and cached by ``.ci/debian-chroot.sh``). No aarch64 CPython 3.10-3.12 or 3.13t is at hand:
-those wheels are built with the x86_64 headers (pyenv's, the 3.13t prefix's), which is sound
+aarch64 3.13 and 3.14 from a Debian testing arm64 chroot and the aarch64 3.11 from a Debian 12
+(bookworm) arm64 chroot, both run under qemu-user-static (every chroot made and cached by
+``.ci/debian-chroot.sh``). No aarch64 CPython 3.10, 3.12 or 3.13t is at hand (no Debian suite
+has them): those wheels, and the aarch64 3.11 one, are built with the x86_64 headers (pyenv's,
+the 3.13t prefix's), which is sound
 because the headers are the same on both architectures and the ABI-relevant part of
 ``pyconfig.h`` (every ``SIZEOF_*`` and ``ALIGNOF_*``) is equal on x86_64 and aarch64 -- this
 script compares them against Debian's aarch64 ``pyconfig.h`` before building -- but they are
@@ -109,25 +111,30 @@ def pyenv_prefix(version: str) -> Optional[Path]:
     return found[-1] if found and (found[-1] / "bin" / f"python{version}").exists() else None
 
 
-def debian_chroot(arch: str) -> Path:
-    """The Debian testing chroot of ``arch`` (made once, cached), mounted and ready."""
-    output = run(["bash", str(ROOT / ".ci" / "debian-chroot.sh"), f"testing-{DEBIAN_ARCH[arch]}"], cwd=ROOT,
-                 timeout=3600)
-    return Path(output.strip().splitlines()[-1])
+# The Debian chroots of each architecture (.ci/debian-chroot.sh's names), the first one's headers
+# and interpreters preferred: testing has 3.13 and 3.14, bookworm 3.11.
+CHROOTS = {"x86_64": ("testing-amd64",), "aarch64": ("testing-arm64", "bookworm-arm64")}
+
+
+def debian_chroots(arch: str) -> List[Path]:
+    """The Debian chroots of ``arch`` (made once, cached), mounted and ready."""
+    return [Path(run(["bash", str(ROOT / ".ci" / "debian-chroot.sh"), name], cwd=ROOT,
+                     timeout=3600).strip().splitlines()[-1]) for name in CHROOTS[arch]]
 
 
 class Headers:
     """Each target's Python headers, in a directory of its own whose ``pyconfig.h`` is the one of
     the target's architecture (Debian's ``pyconfig.h`` only dispatches to per-architecture ones)."""
 
-    def __init__(self, work: Path, chroots: Dict[str, Path], freethreaded: Path) -> None:
+    def __init__(self, work: Path, chroots: Dict[str, List[Path]], freethreaded: Path) -> None:
         self.work = work
         self.chroots = chroots
         self.freethreaded = freethreaded
 
     def _debian(self, target: Target) -> Optional[Path]:
-        chroot = self.chroots.get(target.arch)
-        if chroot is None or not (chroot / "usr" / "include" / f"python{target.version}" / "Python.h").exists():
+        chroot = next((chroot for chroot in self.chroots.get(target.arch, ())
+                       if (chroot / "usr" / "include" / f"python{target.version}" / "Python.h").exists()), None)
+        if chroot is None:
             return None
         into = self.work / "headers" / str(target)
         if not into.exists():
@@ -153,8 +160,8 @@ class Headers:
         """An x86_64 ``pyconfig.h`` serves ``target.arch`` only if its sizes and alignments are the
         ones Debian's ``pyconfig.h`` of that architecture has (the same version's where there is one)."""
         arch = target.arch
-        found = sorted((self.chroots[arch] / "usr" / "include" / f"{arch}-linux-gnu").glob("python3.*/pyconfig.h")) \
-            if arch in self.chroots else []
+        found = sorted(path for chroot in self.chroots.get(arch, ())
+                       for path in (chroot / "usr" / "include" / f"{arch}-linux-gnu").glob("python3.*/pyconfig.h"))
         if not found:
             raise CheckFailed(f"no {arch} pyconfig.h to check {pyconfig}'s ABI against (the {arch} chroot)")
         reference = next((path for path in found if path.parent.name == f"python{target.version.rstrip('t')}"),
@@ -217,20 +224,21 @@ def repair(target: Target, wheel: Path, wheelhouse: Path) -> Path:
     return repaired[0]
 
 
-def interpreter(target: Target, chroots: Dict[str, Path], freethreaded: Path) -> Optional[List[str]]:
+def interpreter(target: Target, chroots: Dict[str, List[Path]], freethreaded: Path) -> Optional[List[str]]:
     """The command that starts a CPython of ``target`` on this machine, if there is one."""
-    chroot = chroots.get(target.arch)
+    chroot = next((chroot for chroot in chroots.get(target.arch, ())
+                   if (chroot / "usr" / "bin" / f"python{target.version}").exists()), None)
     prefix = local_prefix(target.version, freethreaded) if target.arch == "x86_64" else None
-    if chroot is not None and (chroot / "usr" / "bin" / f"python{target.version}").exists() and prefix is None:
+    if chroot is not None and prefix is None:
         return ["chroot", str(chroot), "/usr/bin/env", "-i", "HOME=/root", "PATH=/usr/local/bin:/usr/bin:/bin",
                 "LANG=C.UTF-8", f"/usr/bin/python{target.version}"]
     return [str(prefix / "bin" / f"python{target.version}")] if prefix is not None else None
 
 
-def bind(chroots: Dict[str, Path], paths: Sequence[Path], made: List[Path]) -> None:
+def bind(chroots: Dict[str, List[Path]], paths: Sequence[Path], made: List[Path]) -> None:
     """``paths`` at the same place inside each chroot (the checks read the script and wheels);
     the mount points made are appended to ``made``."""
-    for chroot in chroots.values():
+    for chroot in (chroot for each in chroots.values() for chroot in each):
         for path in paths:
             inside = chroot / str(path).lstrip("/")
             inside.mkdir(parents=True, exist_ok=True)
@@ -308,13 +316,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     results: Dict[Target, str] = {}
-    chroots: Dict[str, Path] = {}
+    chroots: Dict[str, List[Path]] = {}
     mounted: List[Path] = []
     with tempfile.TemporaryDirectory(prefix="bmq-build-wheels-") as temporary:
         work = Path(temporary)
         try:
             # x86_64 needs the chroot for what pyenv lacks (3.14); aarch64 always (headers, qemu).
-            chroots.update({arch: debian_chroot(arch) for arch in {target.arch for target in targets}
+            chroots.update({arch: debian_chroots(arch) for arch in {target.arch for target in targets}
                             if arch != "x86_64" or any(interpreter(t, {}, args.freethreaded_prefix) is None
                                                        for t in targets if t.arch == arch)})
             log(f"building the sdist and, from it, the local wheel ({sys.executable})")
