@@ -92,11 +92,16 @@ def test_x86_64_headers_serve_aarch64_only_when_sizes_and_alignments_match(build
     # A newer version's name (3.11's ALIGNOF_MAX_ALIGN_T for 3.10's headers) is not a difference.
     _pyconfig(include / "python3.13" / "pyconfig.h", 8, "#define ALIGNOF_MAX_ALIGN_T 16\n")
     _pyconfig(include / "python3.14" / "pyconfig.h", 4)  # not 3.13's reference: the same version's is
-    headers = build_wheels.Headers(tmp_path, {"aarch64": chroot}, tmp_path)
+    # A second chroot of the architecture (bookworm's 3.11): its version's pyconfig.h is found too.
+    _pyconfig(tmp_path / "bookworm" / "usr" / "include" / "aarch64-linux-gnu" / "python3.11" / "pyconfig.h", 6)
+    headers = build_wheels.Headers(tmp_path, {"aarch64": [chroot, tmp_path / "bookworm"]}, tmp_path)
     target = build_wheels.Target("3.13t", "aarch64")
     headers._check_abi(_pyconfig(tmp_path / "fits" / "pyconfig.h", 8), target)
     with pytest.raises(build_wheels.CheckFailed, match="SIZEOF_LONG"):
         headers._check_abi(_pyconfig(tmp_path / "differs" / "pyconfig.h", 4), target)
+    headers._check_abi(_pyconfig(tmp_path / "fits311" / "pyconfig.h", 6), build_wheels.Target("3.11", "aarch64"))
+    with pytest.raises(build_wheels.CheckFailed, match="SIZEOF_LONG"):
+        headers._check_abi(tmp_path / "fits" / "pyconfig.h", build_wheels.Target("3.11", "aarch64"))
     with pytest.raises(build_wheels.CheckFailed, match="no aarch64 pyconfig.h"):
         build_wheels.Headers(tmp_path, {}, tmp_path)._check_abi(tmp_path / "fits" / "pyconfig.h", target)
 
