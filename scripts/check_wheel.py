@@ -28,7 +28,7 @@ the ``release`` extra (``pip install -e ".[release]"``). Exit code 0 when every 
 
 Steps 4 and 5 alone, for a distribution built elsewhere (``scripts/build_wheels.py`` runs them
 with each version's interpreter, this file being standard library only):
-``python3.X scripts/check_wheel.py --wheel WHEEL [--sdist SDIST] [--bench-count N] [--find-links DIR]``
+``python3.X scripts/check_wheel.py --wheel WHEEL [--sdist SDIST] [--bench-count N] [--find-links DIR [--no-index]]``
 installs the wheel with no compiler on PATH (``--bench-count 0``: no ``bmq bench``, the smoke test is enough
 under an emulator); ``python3.X scripts/check_wheel.py --sdist SDIST`` alone installs the sdist
 *with* the compiler (it builds the codec) and runs ``bmq --version`` and the smoke test.
