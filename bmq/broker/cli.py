@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import threading
-from typing import List, Optional
+import time
+from typing import Any, Callable, Dict, List, Optional
 
 from .._tls import server_context as tls_server_context
 from ..exceptions import InvalidArgumentError
@@ -65,19 +65,44 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         logging.getLogger(__name__).error("cannot listen on %s:%d: %s", args.host, args.port, exc)
         return 1
-    print(f"bmq broker listening on {broker.address}{' with TLS' if tls else ''} (Ctrl-C to stop)", flush=True)
-    stop = threading.Event()
-    # Explicit handlers: a shell starts background jobs with SIGINT ignored, and an
-    # inherited "ignore" would make Ctrl-C / kill -INT do nothing.
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous: Dict[int, Any] = {}
     try:
-        while not stop.wait(3600):
-            pass
+        # Explicit handlers (a shell starts background jobs with SIGINT ignored, and an inherited
+        # "ignore" would make Ctrl-C / kill -INT do nothing), installed before the banner that
+        # tells a script the broker is up. They raise rather than set an Event: a handler runs in
+        # the main thread between two bytecodes, and Event.set() there, while the main thread was
+        # inside Event.wait() holding the event's lock, deadlocked: the broker never stopped
+        # (seen once in CI, a SIGINT sent right after start-up).
+        handler = _stop_once()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+        print(f"bmq broker listening on {broker.address}{' with TLS' if tls else ''} (Ctrl-C to stop)", flush=True)
+        while True:
+            time.sleep(3600)
+    except (_Stop, KeyboardInterrupt):  # KeyboardInterrupt: Ctrl-C before the handlers were in
+        pass
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         broker.stop()
+        for signum, previous_handler in previous.items():
+            signal.signal(signum, previous_handler)
     return 0
+
+
+class _Stop(Exception):
+    """SIGINT or SIGTERM arrived: stop serving."""
+
+
+def _stop_once() -> Callable[[int, Any], None]:
+    """A signal handler that raises :class:`_Stop` the first time only: a second Ctrl-C while the
+    broker stops (bounded by its timeouts) cannot cut that short."""
+    raised: List[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if not raised:
+            raised.append(signum)
+            raise _Stop(signal.Signals(signum).name)
+
+    return handler
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -1,14 +1,17 @@
 """``python -m bmq.broker`` / ``bmq broker``: foreground broker, logs, clean Ctrl-C."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
+from bmq.broker import cli
 from bmq.broker._rawclient import RawClient
 from support import sigint_at_default
 
@@ -17,18 +20,22 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(60)
 
 
-def test_module_runs_until_interrupted_and_logs_sessions() -> None:
+@contextlib.contextmanager
+def _broker_module() -> Iterator["subprocess.Popen[str]"]:
+    """``python -m bmq.broker --port 0`` with SIGINT at its default, killed if still running."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bmq.broker", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        preexec_fn=sigint_at_default,
-    )
+    proc = subprocess.Popen([sys.executable, "-m", "bmq.broker", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, preexec_fn=sigint_at_default)
     try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_module_runs_until_interrupted_and_logs_sessions() -> None:
+    with _broker_module() as proc:
         banner = proc.stdout.readline()  # type: ignore[union-attr]
         assert "tcp://127.0.0.1:" in banner, banner
         port = int(banner.split("tcp://127.0.0.1:")[1].split()[0])
@@ -38,10 +45,26 @@ def test_module_runs_until_interrupted_and_logs_sessions() -> None:
             client.disconnect()
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, err
     for text in ("connected from 127.0.0.1", "opened bmq://bmq.test.mem.priority/cli", "closed bmq://", "disconnected"):
         assert text in err, err
+
+
+def test_a_stop_signal_at_once_after_the_banner_stops_the_broker_cleanly() -> None:
+    # The handlers are in before the banner: a script that signals as soon as it reads it is
+    # answered by a clean stop (SIGTERM's default action would kill the process instead).
+    with _broker_module() as proc:
+        assert "tcp://127.0.0.1:" in proc.stdout.readline()  # type: ignore[union-attr]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "stopped" in err, err
+
+
+def test_the_stop_handler_raises_once_and_takes_no_lock() -> None:
+    # It raises in the main thread rather than setting an Event: Event.set() in a handler that
+    # lands while the main thread is inside Event.wait() (holding the event's lock) deadlocks.
+    handler = cli._stop_once()
+    with pytest.raises(cli._Stop, match="SIGINT"):
+        handler(signal.SIGINT, None)
+    handler(signal.SIGTERM, None)  # a second signal while the broker stops: nothing
