@@ -80,8 +80,10 @@ def run(args: argparse.Namespace) -> int:
         finally:
             broker.stop()
     finally:
-        while signal.sigtimedwait(_STOP_SIGNALS, 0) is not None:
-            pass  # a second Ctrl-C while stopping: taken here, not raised once unblocked
+        # A second Ctrl-C while stopping: taken here, not raised once unblocked (sigpending and
+        # sigwait rather than sigtimedwait, which macOS lacks).
+        while set(_STOP_SIGNALS) & signal.sigpending():
+            signal.sigwait(_STOP_SIGNALS)
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
