@@ -18,6 +18,7 @@ import os
 import select
 import socket
 import ssl
+import sys
 import threading
 import time
 from typing import Any, Callable, Deque, List, Optional, Protocol, Set, Tuple
@@ -59,6 +60,14 @@ _LEAD_SLICE = _codec.SIGNAL_CHECK_SECONDS
 _BURST = 0.0002
 # Queued events at which a coalescing send writes them all from its own thread (see send).
 _SELF_FLUSH = 48
+# With the GIL off (free-threaded CPython) the writer thread, woken for a few small queued
+# events, waits this long for more before taking them: it would otherwise run at once and write
+# a stream of post_async() calls or confirms an event at a time (a socket write, a wake-up and a
+# meeting with the sending thread on the lock per message: docs/free-threading.md). With the GIL
+# it waits for the interpreter lock, which the sending thread holds, and finds a burst queued.
+_LINGER = 0.0001
+_gil_enabled = getattr(sys, "_is_gil_enabled", lambda: True)
+_sleep = time.sleep
 # How long the reader thread leaves a wave's held events waiting for the rest (see _hold_wave).
 _WAVE_WAIT = 0.0005
 # Busy polling (see Transport._wait) pauses after this many waits in a row whose answer came
@@ -189,6 +198,8 @@ class Transport:
         # queue. Taken under _lock; given back on every path (see _write_interrupted).
         self._writing = 0
         self._last_direct = 0.0  # time.monotonic() after the last write from a sending thread
+        self._linger = 0.0 if _gil_enabled() else _LINGER  # see _LINGER
+        self._lingering = False  # the writer thread waits for more (a blocking send then writes)
         # Blocking sends still expected from posters that one read woke together; meanwhile
         # theirs wait in the queue, and the last writes them all (see _hold_wave).
         self._wave = 0
@@ -403,11 +414,13 @@ class Transport:
                     last_of_wave = False
                 if self._writing or self._closed or (
                         (queue or (coalesce and time.monotonic() - self._last_direct < _BURST))
-                        and not (coalesce and len(queue) >= _SELF_FLUSH) and not last_of_wave):
+                        and not (coalesce and len(queue) >= _SELF_FLUSH) and not last_of_wave
+                        and not (self._lingering and not coalesce)):
                     self._enqueue(data)
                     return
                 # Write from this thread: nothing is queued (a blocking post's latency pays no
-                # hand-off), a wave is complete, or a stream of coalescing sends has queued enough.
+                # hand-off), a wave is complete, a stream of coalescing sends has queued enough,
+                # or a blocking send finds the writer thread lingering (it would wait for it).
                 # The writer thread needs the interpreter lock, which a thread that keeps posting
                 # holds: without this, what is queued would wait for it while the broker idles.
                 if queue:
@@ -576,13 +589,26 @@ class Transport:
     def _write_queued(self) -> None:
         queue = self._queue
         ident = _get_ident()
+        lingered = False
         while True:
             with self._lock:
                 while ((not queue and not self._tls_out) or self._writing) and not self._closed:
                     self._writer_waiting = True
                     self._not_empty.wait()
+                    lingered = False
                 if self._closed:
                     return
+                if (self._linger and not lingered and queue and len(queue) < _SELF_FLUSH
+                        and self._queued < _COALESCE_BYTES):
+                    lingered = self._lingering = True
+                    self._lock.release()  # the sending threads go on queueing meanwhile
+                    try:
+                        _sleep(self._linger)
+                    finally:
+                        self._lock.acquire()
+                        self._lingering = False
+                    continue  # look again: closed, written by a sending thread, or more queued
+                lingered = False
                 batch, size = self._take() if queue else ([b""], 0)  # else: TLS bytes left over
                 self._writing = ident
             data, _ = self._write(batch, wait=True)

@@ -182,7 +182,9 @@ class Message:
         expression text or :class:`bmq.Subscription` as given; None for a queue without
         subscriptions. A message matching several subscriptions comes once, for the one the
         broker chose (the highest priority)."""
-        entry: Union[str, "Subscription", None] = self._queue.subscription_of.get(self._sid)
+        # Not .get(): on free-threaded 3.13 it costs ~16 us (docs/free-threading.md).
+        subscription_of = self._queue.subscription_of
+        entry: Union[str, "Subscription", None] = subscription_of[self._sid] if self._sid in subscription_of else None
         return entry
 
     @property

@@ -6,9 +6,11 @@ The lead's ``bmq/cli.py`` mounts this with :func:`add_arguments` and :func:`run`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
-from typing import Any, List, Optional
+import time
+from typing import Callable, Iterator, List, Optional, Set
 
 from .._tls import server_context as tls_server_context
 from ..exceptions import InvalidArgumentError
@@ -18,6 +20,7 @@ __all__ = ["add_arguments", "run", "main"]
 
 DEFAULT_PORT = 30114  # the port bmqbrkr and the SDKs use by default
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_STOP_POLL = 0.2  # where the stop signals cannot be blocked and waited for (see _stop_signals)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,14 +63,7 @@ def run(args: argparse.Namespace) -> int:
         max_missed_heartbeats=args.max_missed_heartbeats,
         tls=tls,
     )
-    # The stop signals are blocked in every thread (the broker's inherit the mask) and taken by
-    # sigwait() in this one: nothing is lost whenever they arrive. A Python handler was not
-    # enough: one landing just before the main thread's wait began (a SIGTERM right after the
-    # banner, 1 time in 10 on 3.14) left it waiting, and one that set an Event could deadlock.
-    # An explicit handler meanwhile: a shell starts background jobs with SIGINT ignored.
-    previous = {sig: signal.signal(sig, _no_op) for sig in _STOP_SIGNALS}
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    try:
+    with _stop_signals() as wait_for_stop:
         try:
             broker.start()
         except OSError as exc:
@@ -76,22 +72,50 @@ def run(args: argparse.Namespace) -> int:
         try:
             print(f"bmq broker listening on {broker.address}{' with TLS' if tls else ''} (Ctrl-C to stop)",
                   flush=True)
-            signal.sigwait(_STOP_SIGNALS)
+            wait_for_stop()
         finally:
             broker.stop()
-    finally:
-        # A second Ctrl-C while stopping: taken here, not raised once unblocked (sigpending and
-        # sigwait rather than sigtimedwait, which macOS lacks).
-        while set(_STOP_SIGNALS) & signal.sigpending():
-            signal.sigwait(_STOP_SIGNALS)
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     return 0
 
 
-def _no_op(signum: int, frame: Any) -> None:
-    """The stop signals' handler while they are blocked and waited for (never called then)."""
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[Callable[[], None]]:
+    """Take the stop signals (SIGINT, SIGTERM) from here on; yield a function that waits for
+    the first. A second one while stopping is taken too. Handlers and mask restored on exit.
+
+    Where the system has them (POSIX), the signals are blocked in every thread (the broker's
+    inherit the mask) and taken by sigwait() in this one: nothing is lost whenever they arrive.
+    A Python handler was not enough: one landing just before the main thread's wait began (a
+    SIGTERM right after the banner, 1 time in 10 on 3.14) left it waiting, and one that set an
+    Event could deadlock. Elsewhere (Windows) the handler records the signal and the main
+    thread looks every _STOP_POLL seconds. An explicit handler meanwhile either way: a shell
+    starts background jobs with SIGINT ignored.
+    """
+    taken: List[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: taken.append(signum)) for sig in _STOP_SIGNALS}
+    blocking = hasattr(signal, "pthread_sigmask")
+    before: Set[int] = set()
+    if blocking:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)  # type: ignore[assignment]
+
+    def wait_for_stop() -> None:
+        if blocking:
+            signal.sigwait(_STOP_SIGNALS)
+            return
+        while not taken:
+            time.sleep(_STOP_POLL)
+
+    try:
+        yield wait_for_stop
+    finally:
+        if blocking:
+            # A second Ctrl-C while stopping: taken here, not raised once unblocked (sigpending
+            # and sigwait rather than sigtimedwait, which macOS lacks).
+            while set(_STOP_SIGNALS) & signal.sigpending():
+                signal.sigwait(_STOP_SIGNALS)
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -105,6 +105,71 @@ class _AckingPeer:
             return self.received.wait_for(lambda: sum(map(len, self.puts)) >= count, timeout)
 
 
+class _LingeringWriter:
+    """A transport to an :class:`_AckingPeer` whose writer thread lingers as with the GIL off
+    (see _transport._LINGER), the linger held until ``go`` is set; every coalescing send is
+    queued for the writer thread (as in a stream of them)."""
+
+    def __init__(self, monkeypatch: Any) -> None:
+        self.lingering, self.go = threading.Event(), threading.Event()
+
+        def linger(seconds: float) -> None:
+            self.lingering.set()
+            self.go.wait(30)
+
+        monkeypatch.setattr(_transport, "_sleep", linger)
+        monkeypatch.setattr(_transport, "_BURST", 1e9)
+        self.peer = _AckingPeer()
+        self.transport = Transport(self.peer.server.getsockname(), lambda *_: None, lambda exc: None, 64 << 20,
+                                   "linger")
+        self.transport._linger = 0.0001
+        self.transport.connect(5.0)
+        self.guids = _codec.GuidGenerator(5)
+
+    def send(self, count: int, coalesce: bool) -> List[bytes]:
+        sent = []
+        for _ in range(count):
+            guid = self.guids.generate(1)
+            self.transport.send(_codec.build_put_events(1, guid, [b"x"])[0], 5.0, coalesce=coalesce)
+            sent.append(guid)
+        return sent
+
+    def close(self) -> None:
+        self.go.set()
+        self.transport.close()
+        self.transport.join(5.0)
+        self.peer.server.close()
+
+
+def test_with_the_gil_off_the_writer_thread_lingers_and_writes_a_stream_in_one_event(monkeypatch):
+    """Free-threaded CPython: the writer thread, woken for a coalescing send, waits for the
+    rest of the stream and writes it as one event, not an event (and a socket write) per send."""
+    link = _LingeringWriter(monkeypatch)
+    try:
+        first = link.send(1, coalesce=True)
+        assert link.lingering.wait(10), "the writer thread did not linger"
+        rest = link.send(9, coalesce=True)
+        link.go.set()
+        assert link.peer.wait_for_messages(10, 10)
+        assert link.peer.puts == [first + rest]
+    finally:
+        link.close()
+
+
+def test_a_blocking_send_does_not_wait_for_a_lingering_writer_thread(monkeypatch):
+    """A blocking post (someone waits for its answer) finding the writer thread lingering writes
+    what is queued and itself at once, in order, from its own thread."""
+    link = _LingeringWriter(monkeypatch)
+    try:
+        queued = link.send(3, coalesce=True)
+        assert link.lingering.wait(10), "the writer thread did not linger"
+        blocking = link.send(1, coalesce=False)
+        assert link.peer.wait_for_messages(4, 10)  # the writer thread still lingers
+        assert link.peer.puts == [queued + blocking]
+    finally:
+        link.close()
+
+
 class _WaveLink:
     """A transport to an :class:`_AckingPeer` whose reader wakes the latches registered for
     an answered GUID. ``start_wave()`` posts once and has its answer wake two threads at once
