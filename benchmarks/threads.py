@@ -1,5 +1,5 @@
-"""bmq's posting patterns from 1, 2, 4 and 8 threads on one session, on several Python builds
-side by side in the same run: the free-threaded build (3.13t, ``PYTHON_GIL=0``) against the
+"""bmq's posting and consuming patterns from 1, 2, 4 and 8 threads on one session, on several
+Python builds side by side in the same run: the free-threaded build (3.13t, ``PYTHON_GIL=0``) against the
 GIL build (issue 41, docs/free-threading.md).
 
 Patterns (100-byte messages, the same as ``benchmarks/e2e.py``'s, each thread on the one
@@ -7,7 +7,9 @@ session's one queue, ``--messages`` in all split between the threads):
 
 * ``post``: blocking ``post()`` in every thread (e2e's ``post_8_threads`` with N threads);
 * ``post_async_window``: every thread keeps 100 ``post_async`` in flight (e2e's pattern, per thread);
-* ``post_many``: every thread posts blocking ``post_many`` of 1,000 (e2e's pattern, per thread).
+* ``post_many``: every thread posts blocking ``post_many`` of 1,000 (e2e's pattern, per thread);
+* ``consume_get_confirm``: every thread takes messages with ``get()`` and confirms each from one
+  queue filled beforehand (e2e's pattern, per thread; the clock starts once it is filled and open).
 
 Every measurement runs in a fresh child process of the interpreter under test (``--python
 PATH[:VAR=VALUE,...]``, repeatable; each needs bmq built for it), against one embedded broker in
@@ -35,22 +37,37 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import BrokerProcess, emit, make_parser  # noqa: E402
-from e2e import BATCH, PAYLOAD, WINDOW, _in_threads, _session, fresh_uri  # noqa: E402
+import bmq  # noqa: E402
+from _report import BrokerProcess, emit, fill_queue, make_parser  # noqa: E402
+from e2e import BATCH, CONSUME_WINDOW, PAYLOAD, WINDOW, _in_threads, _session, fresh_uri  # noqa: E402
 
-PATTERNS = ("post", "post_async_window", "post_many")
+PATTERNS = ("post", "post_async_window", "post_many", "consume_get_confirm")
 
 
 def run_pattern(address: str, pattern: str, threads: int, count: int) -> Dict[str, float]:
     """In the child: ``count`` messages of ``pattern`` from ``threads`` threads; its figures."""
+    uri = fresh_uri(f"threads-{pattern}")
+    if pattern == "consume_get_confirm":
+        fill_queue(address, uri, count, PAYLOAD)
     with _session(address) as session:
-        queue = session.open_queue(fresh_uri(f"threads-{pattern}"), write=True)
         body: Callable[[], Any]
+        if pattern == "consume_get_confirm":
+            queue = session.open_queue(uri, read=True,
+                                       options=bmq.QueueOptions(max_unconfirmed_messages=CONSUME_WINDOW))
+            calls = count
+
+            def body() -> None:
+                message = queue.get(timeout=60)
+                if message is None:
+                    raise RuntimeError("the consumer stalled")
+                message.confirm()
+        else:
+            queue = session.open_queue(uri, write=True)
         if pattern == "post":
             calls, body = count, lambda: queue.post(PAYLOAD)
         elif pattern == "post_many":
             calls, body = max(threads, count // BATCH), lambda: queue.post_many([PAYLOAD] * BATCH)
-        else:
+        elif pattern == "post_async_window":
             calls = threads
 
             def body() -> None:
@@ -61,7 +78,8 @@ def run_pattern(address: str, pattern: str, threads: int, count: int) -> Dict[st
                     window.put(queue.post_async(PAYLOAD))
                 while not window.empty():
                     window.get().result(60)
-        sent = count if pattern != "post_many" else calls // threads * threads * BATCH
+        per_call = {"post_many": BATCH, "post_async_window": count // threads}.get(pattern, 1)
+        sent = calls // threads * threads * per_call  # what _in_threads runs: calls // threads each
         cpu0, t0 = time.process_time(), time.perf_counter()
         _in_threads(body, calls, threads)
         elapsed = time.perf_counter() - t0

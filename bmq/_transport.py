@@ -187,10 +187,11 @@ class Transport:
         self._sock: Optional[socket.socket] = None
         self._fd = -1
         self._lock = threading.Lock()
-        self._not_empty = threading.Condition(self._lock)
-        # The writer thread waits on _not_empty: only then is a notify needed (Condition.notify
-        # is Python code, and a stream of posts would pay it per message).
-        self._writer_waiting = False
+        # The latch the writer thread waits on (None: it does not wait), set by the first
+        # sender to queue something: one wake-up per wait, not a notify per message. A latch of
+        # the codec's rather than a Condition: a thread waiting on a Condition's lock with the
+        # GIL off calls sched_yield() 40 times before it sleeps (docs/free-threading.md).
+        self._writer_wakeup: Optional[_codec.Latch] = None
         self._has_room = threading.Condition(self._lock)
         self._queue: Deque[bytes] = collections.deque()
         self._queued = 0  # bytes queued or being written by the writer thread
@@ -442,9 +443,8 @@ class Transport:
         """Wake the writer thread if something is queued (a send that raised may have left
         the events a wave held in the queue without a wake-up)."""
         with self._lock:
-            if self._queue and self._writer_waiting:
-                self._writer_waiting = False
-                self._not_empty.notify()
+            if self._queue:
+                self._rouse_writer()
 
     def _hold_wave(self, posters: int) -> None:
         """The reader thread has just answered ``posters`` (two or more) blocking posts at once,
@@ -501,9 +501,8 @@ class Transport:
             if sent < len(data) and not self._closed:
                 self._queue.appendleft(data[sent:] if sent else data)
                 self._queued += len(data) - sent
-            if (self._queue or self._tls_out) and self._writer_waiting:
-                self._writer_waiting = False  # one wake-up is enough
-                self._not_empty.notify()
+            if self._queue or self._tls_out:
+                self._rouse_writer()
             if taken or self._closed:
                 self._has_room.notify_all()  # posters over the high watermark; the reader closing
 
@@ -521,11 +520,15 @@ class Transport:
             raise ConnectionLost(f"connection to {self.address[0]}:{self.address[1]} is closed")
         self._queue.append(data)
         self._queued += len(data)
-        if self._writer_waiting:
-            # One wake-up is enough: the writer needs the interpreter lock to run, which a
-            # thread posting a stream holds, and would otherwise be notified per message.
-            self._writer_waiting = False
-            self._not_empty.notify()
+        self._rouse_writer()
+
+    def _rouse_writer(self) -> None:
+        """Caller holds the lock: wake the writer thread if it waits (one wake-up is enough: with
+        the GIL it needs the interpreter lock to run, which a thread posting a stream holds)."""
+        wakeup = self._writer_wakeup
+        if wakeup is not None:
+            self._writer_wakeup = None
+            wakeup.set()
 
     def _write(self, batch: List[bytes], wait: bool) -> Tuple[bytes, int]:
         """This thread holds the write token: write ``batch`` joined (queued PUTs or CONFIRMs become
@@ -593,8 +596,13 @@ class Transport:
         while True:
             with self._lock:
                 while ((not queue and not self._tls_out) or self._writing) and not self._closed:
-                    self._writer_waiting = True
-                    self._not_empty.wait()
+                    wakeup = self._writer_wakeup = _codec.Latch()
+                    self._lock.release()
+                    try:
+                        while not wakeup.wait(_IDLE_POLL):
+                            pass
+                    finally:
+                        self._lock.acquire()
                     lingered = False
                 if self._closed:
                     return
@@ -968,7 +976,7 @@ class Transport:
             self.failure = failure
             report = self._on_failure
             self._queue.clear()
-            self._not_empty.notify_all()
+            self._rouse_writer()
             self._has_room.notify_all()
             sock = self._sock
         if sock is not None:
