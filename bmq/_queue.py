@@ -4,6 +4,7 @@ from __future__ import annotations
 import collections
 import logging
 import queue as _stdqueue
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -36,6 +37,12 @@ _LATCH = Completion.LATCH
 # Enum members bound once and compared by identity: a read through the enum class costs ~50 ns
 # on 3.11, and get() and confirm() pay it per message.
 logger = logging.getLogger("bmq._session")  # the session's logger: one place to look
+# get() and messages() let one thread at a time into the inbox on CPython 3.10-3.12 only (see
+# Queue._take): 3.13 rewrote SimpleQueue without that bug, and there several consumer threads
+# waiting in the inbox at once take messages as they come, where one at a time hands every
+# message from thread to thread (8 threads calling get() on 3.13: 3.1 instead of 19.5 us of CPU a
+# message, docs/threads.md).
+_ONE_TAKER = sys.version_info < (3, 13)
 
 Payload = Union[bytes, bytearray, memoryview]
 Properties = Optional[Mapping[str, Any]]
@@ -423,15 +430,18 @@ class Queue:
         """The next message from the inbox (a MessageBatch on a ``batches`` queue), None after
         ``timeout`` (waiting for another taker included).
 
-        One taker at a time: in CPython 3.10-3.12, ``SimpleQueue.get(timeout=...)`` woken by a
-        ``put()`` whose item another thread's ``get`` takes first, and getting the interpreter
-        lock back after its deadline, waits on the queue's lock again with the negative time left,
-        that is until the next ``put()``: a consumer's ``get(timeout=0.05)`` hung for good once
-        every message was in (tests/integration/test_threads_stress.py, twice in CI under load).
+        One taker at a time on CPython 3.10-3.12 (_ONE_TAKER): there ``SimpleQueue.get(timeout=...)``
+        woken by a ``put()`` whose item another thread's ``get`` takes first, and getting the
+        interpreter lock back after its deadline, waits on the queue's lock again with the negative
+        time left, that is until the next ``put()``: a consumer's ``get(timeout=0.05)`` hung for
+        good once every message was in (tests/integration/test_threads_stress.py, twice in CI under
+        load).
 
         Raises:
             QueueStateError: the queue closed.
         """
+        if not _ONE_TAKER:
+            return self._take_held(timeout)
         locked, left = self._lock_taking(timeout)
         if not locked:
             return None
@@ -451,7 +461,7 @@ class Queue:
         return True, None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def _take_held(self, timeout: Optional[float]) -> Any:
-        """:meth:`_take` for a caller holding ``_take_lock``."""
+        """:meth:`_take` for a caller holding ``_take_lock`` (or needing none: _ONE_TAKER)."""
         try:
             item = self._inbox.get(timeout=timeout)
         except _stdqueue.Empty:
