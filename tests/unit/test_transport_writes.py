@@ -347,3 +347,6 @@ class _InterruptOnce:
 
     def __exit__(self, *exc_info: Any) -> Any:
         return self._inner.__exit__(*exc_info)
+
+    def __getattr__(self, name: str) -> Any:  # acquire, release (the writer thread's waits): the lock's
+        return getattr(self._inner, name)
