@@ -571,12 +571,16 @@ class PendingPuts:
             self._outbox.remove(keys)
 
     # ---- answers ------------------------------------------------------------------------
-    def _settle(self, batch: "Record", guid: bytes, ack: Ack, settled: _Settled) -> None:
-        """Caller holds the lock and popped ``guid``: record its final answer."""
+    @staticmethod
+    def _settle(batch: "Record", guid: bytes, ack: Ack, settled: _Settled) -> int:
+        """Record the final answer of ``guid``, popped from the table by the caller, who holds the
+        lock unless ``batch`` is a :class:`OnePost` (then nobody else can reach it); return the
+        bytes its payload no longer holds (for ``_bytes``)."""
         i = batch.position(guid)
-        self._bytes -= batch.answer(i, ack)
+        size = batch.answer(i, ack)
         if batch.futures is not None or batch.on_ack is not None or not batch.remaining:
             settled.append((batch, i, ack))
+        return size
 
     def _notify(self, settled: _Settled, woken: Optional[List[_codec.Latch]] = None) -> None:
         """Outside the lock: resolve futures, queue on_ack and on_done callbacks, wake blocking
@@ -599,15 +603,19 @@ class PendingPuts:
             if batch.trace is not None and not batch.remaining:
                 batch.trace.end(batch.answers())
 
-    def _hand_over(self, settled: _Settled, count: int, woken: Optional[List[_codec.Latch]] = None) -> None:
+    def _hand_over(self, settled: _Settled, count: int, woken: Optional[List[_codec.Latch]] = None,
+                   freed: int = 0) -> None:
         """Outside the lock: :meth:`_notify`, then count ``count`` answered messages (added to
-        ``_handing_over`` under the lock that settled them) as handed over, waking flush()."""
+        ``_handing_over`` under the lock that took them from the table) as handed over, and
+        ``freed`` bytes (of messages settled outside the lock) as no longer kept, waking flush()
+        and posters waiting for room."""
         try:
             self._notify(settled, woken)
         finally:
-            if count:
+            if count or freed:
                 with self._lock:
                     self._handing_over -= count
+                    self._bytes -= freed
                     if self._room_waiters:
                         self._room.notify_all()
 
@@ -624,6 +632,8 @@ class PendingPuts:
         acked = _codec.iter_acks(events[0])
         for event in events[1:]:
             acked += _codec.iter_acks(event)
+        freed = 0
+        records: Optional[List[Optional[Record]]] = None
         with self._lock:
             before = len(self._pending)
             keys = list(map(_guid_of, acked))
@@ -631,13 +641,26 @@ class PendingPuts:
             if batch is not None:
                 self._settle_run(batch, keys, list(map(_status_of, acked)), answered, settled, guids)
             else:
-                self._settle_each(acked, answered, settled, guids)
-            handing = before - len(self._pending) if settled else 0
+                records = list(map(self._pending.pop, keys, repeat(None)))
+                if Batch in set(map(type, records)):  # a Batch's state is shared: settled here
+                    self._bytes -= self._settle_each(acked, records, answered, settled, guids)
+                    records = None
+            taken = before - len(self._pending)
+            handing = taken if settled or records else 0
             self._handing_over += handing
-            if self._room_waiters and len(self._pending) < before:  # room for posters, or flush()
+            if self._room_waiters and taken:  # room for posters, or flush()
                 self._room.notify_all()
+        if records is not None:
+            # Single posts only: each taken from the table is this thread's alone. Settling them
+            # outside the lock keeps it short: with the GIL off, posting threads meet this one
+            # there (docs/free-threading.md).
+            try:
+                freed = self._settle_each(acked, records, answered, settled, guids)
+            except BaseException:
+                self._hand_over(settled, handing, None, freed)
+                raise
         woken: List[_codec.Latch] = []
-        self._hand_over(settled, handing, woken)
+        self._hand_over(settled, handing, woken, freed)
         if guids:
             try:
                 self._outbox.remove(guids)  # type: ignore[union-attr]
@@ -696,27 +719,29 @@ class PendingPuts:
         if guids is not None:
             guids.extend(keys)
 
-    def _settle_each(self, acked: List[Tuple[int, int, bytes, int]], answered: float, settled: _Settled,
-                     guids: Optional[List[bytes]]) -> None:
-        """Caller holds the lock: settle ``acked`` message by message (single posts, several
-        post calls in one event, unknown GUIDs)."""
+    def _settle_each(self, acked: List[Tuple[int, int, bytes, int]], records: List[Optional["Record"]],
+                     answered: float, settled: _Settled, guids: Optional[List[bytes]]) -> int:
+        """Settle ``acked`` message by message (single posts, several post calls in one event,
+        unknown GUIDs), ``records`` being what the table held for each (popped by the caller);
+        return the bytes their payloads no longer hold. Under the lock if a record is a
+        :class:`Batch`."""
         last = None
         uri = ""
         answers: List[int] = []
-        pop = self._pending.pop
         settle = self._settle
+        freed = 0
         # Once per message acknowledged: the Ack is made without NamedTuple's Python-level __new__.
-        for status, _, guid, _ in acked:
-            batch = pop(guid, None)
+        for (status, _, guid, _), batch in zip(acked, records):
             if batch is not None:
                 if batch is not last:  # one latency sample per post call in this event
                     counters = batch.queue.counters
                     counters.latencies.append(answered - batch.deadline)
                     last, uri, answers = batch, batch.queue.uri, counters.broker_answers
-                settle(batch, guid, _new_tuple(Ack, (ACK_STATUS_FROM_WIRE[status], guid, uri)), settled)
+                freed += settle(batch, guid, _new_tuple(Ack, (ACK_STATUS_FROM_WIRE[status], guid, uri)), settled)
                 answers[status] += 1
                 if guids is not None:
                     guids.append(guid)
+        return freed
 
     def _complete(self, predicate: Callable[["Record"], bool], status: AckStatus, in_order: bool = False) -> int:
         """Settle every message whose batch matches with a local ``status``; final answers
@@ -732,7 +757,7 @@ class PendingPuts:
                     break
             for guid, batch in taken:
                 del self._pending[guid]
-                self._settle(batch, guid, Ack(status, guid, batch.queue.uri), settled)
+                self._bytes -= self._settle(batch, guid, Ack(status, guid, batch.queue.uri), settled)
                 answers = batch.queue.counters.local_answers
                 answers[status.name] = answers.get(status.name, 0) + 1
             handing = len(taken) if settled else 0
