@@ -146,6 +146,10 @@ class _Link:
         return guid, latch
 
 
+# Whether a thread waiting alone reads its answer itself is asserted with the GIL only: see below.
+_WITH_GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
 @needs_epoll
 @pytest.mark.parametrize("busy_poll", [0.0, 0.0002], ids=["sleeping", "polling"])
 def test_a_thread_alone_waiting_reads_its_answer_itself(busy_poll):
@@ -160,8 +164,10 @@ def test_a_thread_alone_waiting_reads_its_answer_itself(busy_poll):
         me = threading.current_thread().name
         # Answers that come while this thread waits for the socket are read here (the reader
         # thread would read them all otherwise); on a loaded machine an answer may come before
-        # this thread reaches its wait, so not necessarily every one.
-        assert sum(name == me for name, _ in link.seen) >= 10
+        # this thread reaches its wait, so not necessarily every one. With the GIL off the reader
+        # thread runs beside this one and, woken by the answer, may read it first every time
+        # (0 of 50 once in CI's free-threaded job under load): there only the answers are checked.
+        assert not _WITH_GIL or sum(name == me for name, _ in link.seen) >= 10
         assert not link.failures
 
 
@@ -188,7 +194,7 @@ def test_a_thread_alone_waiting_for_a_post_future_reads_its_answer_itself():
             assert future.result(10.0) == 0
         assert len(readers) == 50 and not futures
         # As for a blocking post: not necessarily every one on a loaded machine.
-        assert readers.count(threading.current_thread().name) >= 10
+        assert not _WITH_GIL or readers.count(threading.current_thread().name) >= 10  # as above
         assert not link.failures
 
 
