@@ -603,19 +603,16 @@ class PendingPuts:
             if batch.trace is not None and not batch.remaining:
                 batch.trace.end(batch.answers())
 
-    def _hand_over(self, settled: _Settled, count: int, woken: Optional[List[_codec.Latch]] = None,
-                   freed: int = 0) -> None:
+    def _hand_over(self, settled: _Settled, count: int, woken: Optional[List[_codec.Latch]] = None) -> None:
         """Outside the lock: :meth:`_notify`, then count ``count`` answered messages (added to
-        ``_handing_over`` under the lock that took them from the table) as handed over, and
-        ``freed`` bytes (of messages settled outside the lock) as no longer kept, waking flush()
-        and posters waiting for room."""
+        ``_handing_over`` under the lock that took them from the table) as handed over, waking
+        flush()."""
         try:
             self._notify(settled, woken)
         finally:
-            if count or freed:
+            if count:
                 with self._lock:
                     self._handing_over -= count
-                    self._bytes -= freed
                     if self._room_waiters:
                         self._room.notify_all()
 
@@ -632,7 +629,6 @@ class PendingPuts:
         acked = _codec.iter_acks(events[0])
         for event in events[1:]:
             acked += _codec.iter_acks(event)
-        freed = 0
         records: Optional[List[Optional[Record]]] = None
         with self._lock:
             before = len(self._pending)
@@ -645,6 +641,8 @@ class PendingPuts:
                 if Batch in set(map(type, records)):  # a Batch's state is shared: settled here
                     self._bytes -= self._settle_each(acked, records, answered, settled, guids)
                     records = None
+                else:  # single posts: their payloads leave the count now, whatever comes after
+                    self._bytes -= sum([len(record.payload_at(0)) for record in records if record is not None])
             taken = before - len(self._pending)
             handing = taken if settled or records else 0
             self._handing_over += handing
@@ -655,12 +653,12 @@ class PendingPuts:
             # outside the lock keeps it short: with the GIL off, posting threads meet this one
             # there (docs/free-threading.md).
             try:
-                freed = self._settle_each(acked, records, answered, settled, guids)
+                self._settle_each(acked, records, answered, settled, guids)  # bytes counted above
             except BaseException:
-                self._hand_over(settled, handing, None, freed)
+                self._hand_over(settled, handing)
                 raise
         woken: List[_codec.Latch] = []
-        self._hand_over(settled, handing, woken, freed)
+        self._hand_over(settled, handing, woken)
         if guids:
             try:
                 self._outbox.remove(guids)  # type: ignore[union-attr]
@@ -724,7 +722,7 @@ class PendingPuts:
         """Settle ``acked`` message by message (single posts, several post calls in one event,
         unknown GUIDs), ``records`` being what the table held for each (popped by the caller);
         return the bytes their payloads no longer hold. Under the lock if a record is a
-        :class:`Batch`."""
+        :class:`Batch` (single posts are this thread's alone once taken from the table)."""
         last = None
         uri = ""
         answers: List[int] = []

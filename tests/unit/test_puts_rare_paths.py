@@ -188,3 +188,31 @@ def test_a_post_refused_for_a_repeated_guid_leaves_nothing_in_the_outbox(tmp_pat
     assert len(outbox) == 0
     outbox.close()
     assert Outbox(str(tmp_path)).pending() == []  # a next process re-sends nothing
+
+
+class _InterruptingRing:
+    """A latency ring whose first append raises KeyboardInterrupt (as a signal handler would
+    in a main thread reading in the reader's place)."""
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def append(self, sample: float) -> None:
+        if not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+
+
+def test_an_interrupt_while_single_posts_are_settled_leaves_the_byte_and_hand_over_counts_whole():
+    """ACKs of single posts are settled after the table's lock: an exception there must not
+    leave their bytes counted against max_pending_bytes, nor flush() waiting for a hand-over."""
+    puts = PendingPuts(bmq.SessionOptions(), lambda fn, *args: fn(*args), None)
+    puts._transport = _Wire()  # type: ignore[assignment]
+    queue = _Queue()
+    queue.counters.latencies = _InterruptingRing()  # type: ignore[assignment]
+    for payload in (b"a", b"bc"):
+        _post(puts, queue, [payload])
+    assert puts._bytes == 3
+    with pytest.raises(KeyboardInterrupt):
+        puts.handle_acks([_codec.build_ack_event([(0, 0, guid, 1) for guid in list(puts._pending)])])
+    assert (puts._bytes, puts._handing_over, puts.flush(0)) == (0, 0, 0)
