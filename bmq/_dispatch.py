@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import operator
 import os
 import queue as _stdqueue
 import sys
@@ -17,7 +18,8 @@ import time
 import traceback
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, RUNNING
-from typing import Any, Callable, Deque, Iterable, List, Optional, Tuple
+from itertools import groupby
+from typing import Any, Callable, Deque, Iterable, List, Optional, Sequence, Tuple
 
 from . import events as ev
 
@@ -28,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 _STOP = object()
 _DONE_STATES = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
+_condition_of = operator.attrgetter("_condition")
+_first = operator.itemgetter(0)
 # How long a post future's result() may read in the reader's place when given no timeout (it
 # then goes on waiting on its condition): Transport.wait_for takes seconds.
 _READ_FOREVER = 1e9
@@ -188,34 +192,30 @@ def resolve_future(future: "Future[Any]", value: Any) -> None:
         pass
 
 
-def resolve_futures(futures: "Iterable[Future[Any]]", values: Iterable[Any]) -> None:
+def resolve_futures(futures: "Sequence[Future[Any]]", values: Iterable[Any]) -> None:
     """Set the results of futures made by :func:`new_futures` (those the caller cancelled
     stay so), as ``set_result`` would, but taking each shared condition once for a run of
-    futures that share it, with one wake-up: a post call's futures, or one thread's single posts."""
-    condition: Optional[threading.Condition] = None
+    futures that share it, with one wake-up: a post call's futures, or one thread's single posts.
+
+    Done again with the same futures it wakes their waiters again and changes nothing else: how
+    an exception part-way (a KeyboardInterrupt in a main thread) is made good (see
+    ``PendingPuts._hand_over``). Each condition is held in a ``with`` block, which an
+    interrupt cannot leave held.
+    """
     done: List[Any] = []
-    try:
-        for future, value in zip(futures, values):
-            if future._condition is not condition:  # type: ignore[attr-defined]
-                if condition is not None:
-                    condition.notify_all()
-                    condition.release()
-                condition = None
-                future._condition.acquire()  # type: ignore[attr-defined]
-                condition = future._condition  # type: ignore[attr-defined]
-            if future._state not in _DONE_STATES:  # type: ignore[attr-defined]
-                future._result = value  # type: ignore[attr-defined]
-                future._state = FINISHED  # type: ignore[attr-defined]
-                lists = future._lists  # type: ignore[attr-defined]
-                if lists is not None:
-                    for waiter in lists[0]:
-                        waiter.add_result(future)
-                    if lists[1]:
-                        done.append(future)
-    finally:
-        if condition is not None:
+    for condition, run in groupby(zip(map(_condition_of, futures), futures, values), _first):
+        with condition:
+            for _, future, value in run:
+                if future._state not in _DONE_STATES:  # type: ignore[attr-defined]
+                    future._result = value  # type: ignore[attr-defined]
+                    future._state = FINISHED  # type: ignore[attr-defined]
+                    lists = future._lists  # type: ignore[attr-defined]
+                    if lists is not None:
+                        for waiter in lists[0]:
+                            waiter.add_result(future)
+                        if lists[1]:
+                            done.append(future)
             condition.notify_all()
-            condition.release()
     for future in done:
         future._invoke_callbacks()  # type: ignore[attr-defined]
 

@@ -15,8 +15,8 @@ import operator
 import threading
 import time
 from concurrent.futures import Future
-from itertools import repeat
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple,
+from itertools import chain, repeat
+from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple,
                     Union)
 
 from . import _codec, _properties
@@ -251,10 +251,12 @@ class Batch:
 
     def answer(self, i: int, ack: Ack) -> int:
         """Record message ``i``'s final answer; return its payload's size (no longer kept)."""
+        answers = self.answers()
         if i == self.cursor:
             self.cursor = i + 1
-        self.answers()[i] = ack
-        self.remaining -= 1
+        # One statement without a call: an interrupt cannot come between the answer and its
+        # count (_salvage counts on it).
+        answers[i], self.remaining = ack, self.remaining - 1
         return len(self.payloads[i])
 
     def wait(self, timeout: float) -> List[Ack]:
@@ -340,7 +342,7 @@ class OnePost(PostFuture):
 
 
 Record = Union[Batch, OnePost]
-_Settled = List[Tuple[Record, int, Ack]]
+_Settled = Deque[Tuple[Record, int, Ack]]  # a deque: _notify takes from its front
 
 
 class PendingPuts:
@@ -583,36 +585,45 @@ class PendingPuts:
         return size
 
     def _notify(self, settled: _Settled, woken: Optional[List[_codec.Latch]] = None) -> None:
-        """Outside the lock: resolve futures, queue on_ack and on_done callbacks, wake blocking
-        posters (or, given ``woken``, add their latches to it for the caller to set)."""
+        """Outside the lock: resolve futures, wake blocking posters (or, given ``woken``, add
+        their latches to it for the caller to set), then queue ``on_ack`` and ``on_done``
+        callbacks, taking each entry from ``settled`` as its callbacks are queued.
+
+        Called again after an exception part-way (a KeyboardInterrupt in a main thread), it
+        finishes: futures and latches are set again (both idempotent) and only the entries
+        still in ``settled`` have callbacks queued: none twice, the callbacks of the one entry
+        the exception came in at most lost (docs/threads.md)."""
         answered = [(batch.futures[i], ack) for batch, i, ack in settled if batch.futures is not None]
         if answered:
             resolve_futures(*zip(*answered))
+        finished = [batch.finished for batch, _, _ in settled if batch.finished is not None and not batch.remaining]
+        if woken is None:
+            _codec.set_latches(finished)
+        else:
+            woken += finished
         submit = self._submit
-        for batch, _, ack in settled:
-            if batch.futures is None and not batch.remaining:
-                # Without futures or on_ack a batch is in ``settled`` once: with its last answer.
-                if batch.on_done is not None:
-                    submit(batch.on_done, batch.answers())
-                elif woken is None:
-                    batch.finished.set()  # type: ignore[union-attr]
-                else:
-                    woken.append(batch.finished)  # type: ignore[arg-type]
+        take = settled.popleft
+        while settled:
+            batch, _, ack = take()
+            # Without futures or on_ack a batch is in ``settled`` once: with its last answer.
+            if batch.on_done is not None and not batch.remaining:
+                submit(batch.on_done, batch.answers())
             if batch.on_ack is not None:
                 submit(batch.on_ack, ack)
             if batch.trace is not None and not batch.remaining:
                 batch.trace.end(batch.answers())
 
-    def _hand_over(self, settled: _Settled, count: int, woken: Optional[List[_codec.Latch]] = None) -> None:
-        """Outside the lock: :meth:`_notify`, then count ``count`` answered messages (added to
-        ``_handing_over`` under the lock that took them from the table) as handed over, waking
-        flush()."""
+    def _hand_over(self, settled: _Settled, count: List[int], woken: Optional[List[_codec.Latch]] = None) -> None:
+        """Outside the lock: :meth:`_notify`, then count ``count[0]`` answered messages (added
+        to ``_handing_over`` under the lock that took them from the table) as handed over,
+        waking flush(); ``count[0]`` is then 0, so that calling it again after an exception
+        part-way finishes the hand-over without counting twice."""
         try:
             self._notify(settled, woken)
         finally:
-            if count:
+            if count[0]:
                 with self._lock:
-                    self._handing_over -= count
+                    self._handing_over, count[0] = self._handing_over - count[0], 0  # one statement: see _salvage
                     if self._room_waiters:
                         self._room.notify_all()
 
@@ -621,53 +632,110 @@ class PendingPuts:
 
         Returns the latches of the blocking posts this answered, for the reader to set once
         it has released the interpreter lock (a poster woken before would only wait for it).
+
+        An exception part-way (a KeyboardInterrupt in a main thread reading in the reader's
+        place) is raised only once every message the read answers is settled and handed over
+        (:meth:`_salvage`, :meth:`_hand_over`).
         """
-        settled: _Settled = []
+        settled: _Settled = collections.deque()
         guids: Optional[List[bytes]] = [] if self._outbox is not None else None
         # A message's deadline is its post time + ack_timeout: latency = now + ack_timeout - deadline.
         answered = time.monotonic() + self._options.ack_timeout
         acked = _codec.iter_acks(events[0])
         for event in events[1:]:
             acked += _codec.iter_acks(event)
-        records: Optional[List[Optional[Record]]] = None
-        with self._lock:
-            before = len(self._pending)
-            keys = list(map(_guid_of, acked))
-            batch = self._sole_batch(keys)
-            if batch is not None:
-                self._settle_run(batch, keys, list(map(_status_of, acked)), answered, settled, guids)
-            else:
-                records = list(map(self._pending.pop, keys, repeat(None)))
-                if Batch in set(map(type, records)):  # a Batch's state is shared: settled here
-                    self._bytes -= self._settle_each(acked, records, answered, settled, guids)
-                    records = None
-                else:  # single posts: their payloads leave the count now, whatever comes after
-                    self._bytes -= sum([len(record.payload_at(0)) for record in records if record is not None])
-            taken = before - len(self._pending)
-            handing = taken if settled or records else 0
-            self._handing_over += handing
-            if self._room_waiters and taken:  # room for posters, or flush()
-                self._room.notify_all()
-        if records is not None:
-            # Single posts only: each taken from the table is this thread's alone. Settling them
-            # outside the lock keeps it short: with the GIL off, posting threads meet this one
-            # there (docs/free-threading.md).
-            try:
-                self._settle_each(acked, records, answered, settled, guids)  # bytes counted above
-            except BaseException:
-                self._hand_over(settled, handing)
-                raise
+        # Bound before the table is touched (and filled in place, not assigned), so that
+        # _salvage finds every record this read took whatever point an exception came at.
+        records: List[Optional[Record]] = []
+        batch: Optional[Batch] = None
+        single = False
+        handing = [0]  # messages added to _handing_over: see _hand_over
+        settling = True
         woken: List[_codec.Latch] = []
-        self._hand_over(settled, handing, woken)
-        if guids:
-            try:
+        try:
+            with self._lock:
+                before = len(self._pending)
+                keys = list(map(_guid_of, acked))
+                batch = self._sole_batch(keys)
+                if batch is not None:
+                    self._settle_run(batch, keys, list(map(_status_of, acked)), answered, settled, guids)
+                else:
+                    records.extend(map(self._pending.pop, keys, repeat(None)))
+                    if Batch in set(map(type, records)):  # a Batch's state is shared: settled here
+                        self._bytes -= self._settle_each(acked, records, answered, settled, guids)
+                    else:  # single posts: their payloads leave the count now, whatever comes after
+                        single = True
+                        self._bytes -= sum([len(record.payload_at(0)) for record in records if record is not None])
+                taken = before - len(self._pending)
+                count = taken if settled or single else 0
+                self._handing_over, handing[0] = self._handing_over + count, count  # one statement: see _salvage
+                if self._room_waiters and taken:  # room for posters, or flush()
+                    self._room.notify_all()
+            if single:
+                # Single posts only: each taken from the table is this thread's alone. Settling
+                # them outside the lock keeps it short: with the GIL off, posting threads meet
+                # this one there (docs/free-threading.md).
+                self._settle_each(acked, records, answered, settled, guids)  # bytes counted above
+            settling = False
+            self._hand_over(settled, handing, woken)
+            if guids:
+                # Failing, it leaves the answers final and given: only the outbox keeps records
+                # a next process would re-send (the broker de-duplicates them within its window).
                 self._outbox.remove(guids)  # type: ignore[union-attr]
-            except BaseException:
-                # The answers are final and given: only the outbox keeps records a next
-                # process would re-send (the broker de-duplicates them within its window).
-                _codec.set_latches(woken)
-                raise
-        return woken
+            return woken
+        except BaseException:
+            if settling:
+                taken_records = chain(records, repeat(None)) if batch is None else repeat(batch)
+                self._salvage([(guid, record, ACK_STATUS_FROM_WIRE[status])
+                               for (status, _, guid, _), record in zip(acked, taken_records)], settled, guids, handing)
+            self._hand_over(settled, handing)  # what is left of it
+            _codec.set_latches(woken)  # the reader would have set them
+            raise
+
+    def _salvage(self, answers: Iterable[Tuple[bytes, Optional[Record], AckStatus]], settled: _Settled,
+                 guids: Optional[List[bytes]], handing: List[int]) -> None:
+        """After an exception part-way through settling (a KeyboardInterrupt in a main thread
+        reading in the reader's place, or stopping the session), before anything is handed
+        over: give each ``(guid, record, status)`` of ``answers`` its answer if it has none
+        yet, and put every answered one in ``settled`` once. Taken from the table, nothing else
+        would ever answer them (no re-send, no TIMEOUT): their futures would never resolve,
+        their blocking posters never wake. A message still in the table is taken now (its
+        record None: not yet taken, or an unknown GUID). The queues' answer counters miss what
+        this settles.
+
+        Adds what is to be handed over to ``_handing_over`` and ``handing[0]`` unless the
+        interrupted pass did (the two are set in one statement without a call, which a
+        signal handler cannot split). Recounts ``_bytes`` from the table: the interrupted pass
+        may have answered messages without subtracting their bytes.
+        """
+        listed = {(id(record), i) for record, i, _ in settled}
+        finished = {id(record) for record, _, _ in settled}
+        outbox = set(guids) if guids is not None else None
+        taken = 0
+        with self._lock:
+            pending = self._pending
+            for guid, record, status in answers:
+                if guid in pending and (record is None or pending[guid] is record):
+                    record = pending.pop(guid)  # the interrupted pass had not taken it yet
+                if record is None:
+                    continue  # unknown GUID: nothing waits for it
+                taken += 1
+                i = record.position(guid)
+                ack = record.answers()[i]
+                if ack is None:
+                    self._settle(record, guid, Ack(status, guid, record.queue.uri), settled)
+                elif (id(record), i) not in listed and (record.futures is not None or record.on_ack is not None
+                                                       or (not record.remaining and id(record) not in finished)):
+                    settled.append((record, i, ack))
+                listed.add((id(record), i))
+                finished.add(id(record))
+                if outbox is not None and guid not in outbox:
+                    outbox.add(guid)
+                    guids.append(guid)  # type: ignore[union-attr]
+            self._bytes = sum([len(record.payload_at(record.position(guid))) for guid, record in pending.items()])
+            if not handing[0] and taken:
+                self._handing_over, handing[0] = self._handing_over + taken, taken
+            self._room.notify_all()
 
     def _sole_batch(self, keys: List[bytes]) -> Optional[Batch]:
         """Caller holds the lock: the post call whose next unanswered messages are ``keys``,
@@ -706,10 +774,11 @@ class PendingPuts:
             for status in statuses:
                 counters.broker_answers[status] += 1
         first = batch.cursor  # _sole_batch checked: keys are the next ones in order
-        batch.cursor = first + count
-        batch.answers()[first:first + count] = acks
+        answers = batch.answers()
+        # One statement without a call: an interrupt cannot come between the answers and
+        # their count (_salvage counts on it).
+        answers[first:first + count], batch.remaining, batch.cursor = acks, batch.remaining - count, first + count
         self._bytes -= _nbytes(batch.payloads, first, count)
-        batch.remaining -= count
         if batch.futures is not None or batch.on_ack is not None:
             settled.extend(zip(repeat(batch), range(first, first + count), acks))
         elif not batch.remaining:
@@ -744,30 +813,50 @@ class PendingPuts:
     def _complete(self, predicate: Callable[["Record"], bool], status: AckStatus, in_order: bool = False) -> int:
         """Settle every message whose batch matches with a local ``status``; final answers
         leave the outbox, NOT_CONNECTED (the session stopped) stays for the next session.
-        ``in_order`` stops at the first message that does not match."""
-        settled: _Settled = []
-        with self._lock:
-            taken = []
-            for guid, batch in self._pending.items():
-                if predicate(batch):
-                    taken.append((guid, batch))
-                elif in_order:
-                    break
-            for guid, batch in taken:
-                del self._pending[guid]
-                self._bytes -= self._settle(batch, guid, Ack(status, guid, batch.queue.uri), settled)
-                answers = batch.queue.counters.local_answers
-                answers[status.name] = answers.get(status.name, 0) + 1
-            handing = len(taken) if settled else 0
-            self._handing_over += handing
-            if taken:
-                self._room.notify_all()
+        ``in_order`` stops at the first message that does not match.
+
+        An exception part-way (a KeyboardInterrupt as the main thread closes a queue or stops
+        the session) is raised once every matching message is settled and handed over."""
+        settled: _Settled = collections.deque()
+        taken: List[Tuple[bytes, Record]] = []  # bound first, filled in place: see _salvage
+        handing = [0]
+        settling = True
         try:
+            with self._lock:
+                taken += self._matching(predicate, in_order)
+                for guid, batch in taken:
+                    del self._pending[guid]
+                    self._bytes -= self._settle(batch, guid, Ack(status, guid, batch.queue.uri), settled)
+                    answers = batch.queue.counters.local_answers
+                    answers[status.name] = answers.get(status.name, 0) + 1
+                count = len(taken) if settled else 0
+                self._handing_over, handing[0] = self._handing_over + count, count  # one statement: see _salvage
+                if taken:
+                    self._room.notify_all()
+            settling = False
             if self._outbox is not None and status is not AckStatus.NOT_CONNECTED and taken:
                 self._outbox.remove([guid for guid, _ in taken])
-        finally:
-            self._hand_over(settled, handing)  # settled under the lock: their answers are given whatever happens
+            self._hand_over(settled, handing)
+        except BaseException:
+            if settling:
+                with self._lock:
+                    rest = [guid for guid, _ in self._matching(predicate, in_order)]
+                self._salvage(chain(((guid, batch, status) for guid, batch in taken),
+                                    ((guid, None, status) for guid in rest)), settled, None, handing)
+            self._hand_over(settled, handing)  # what is left of it: their answers are given whatever happens
+            raise
         return len(taken)
+
+    def _matching(self, predicate: Callable[["Record"], bool], in_order: bool) -> List[Tuple[bytes, Record]]:
+        """Caller holds the lock: the pending messages whose batch matches, in post order;
+        with ``in_order``, up to the first that does not."""
+        matching = []
+        for guid, batch in self._pending.items():
+            if predicate(batch):
+                matching.append((guid, batch))
+            elif in_order:
+                break
+        return matching
 
     def expire(self) -> None:
         """Settle messages older than ``ack_timeout`` as TIMEOUT."""

@@ -6,6 +6,8 @@ timing: the test lets the other thread run until it either finishes or blocks on
 path's lock, and only then goes on."""
 from __future__ import annotations
 
+import linecache
+import sys
 import threading
 from typing import Any, List, Optional
 
@@ -14,6 +16,7 @@ import pytest
 import bmq
 from bmq import _codec
 from bmq import _puts
+from bmq._dispatch import thread_condition
 from bmq._outbox import Outbox
 from bmq._puts import Completion, PendingPuts, PostRequest
 from bmq._stats import QueueCounters
@@ -216,3 +219,136 @@ def test_an_interrupt_while_single_posts_are_settled_leaves_the_byte_and_hand_ov
     with pytest.raises(KeyboardInterrupt):
         puts.handle_acks([_codec.build_ack_event([(0, 0, guid, 1) for guid in list(puts._pending)])])
     assert (puts._bytes, puts._handing_over, puts.flush(0)) == (0, 0, 0)
+
+
+# The settling steps an interrupt can land in (a KeyboardInterrupt in a main thread that reads
+# in the reader's place): every line of these is tried in turn.
+_SETTLING = {"handle_acks", "_sole_batch", "_settle_run", "_settle_each", "_settle", "_complete", "_matching",
+             "answer", "position", "answers", "_hand_over", "_notify", "resolve_futures"}
+
+
+class _InterruptAtLine:
+    """A trace function that raises KeyboardInterrupt at the ``at``-th line run in one of
+    ``_SETTLING``'s functions (in bmq's modules), as a signal handler could.
+
+    Not at a ``with`` statement's line: its line event also comes at the end of the block,
+    before ``__exit__`` is called and outside the block's protection, so an exception raised
+    there would leave the lock held, which a signal cannot do (CPython runs signal handlers
+    after a call, at a loop's jump back or as a function starts, not between a block's last
+    line and its ``__exit__``)."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.seen = 0
+        self.fired = False
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "call":
+            module = frame.f_globals.get("__name__", "")
+            return self if module.startswith("bmq.") and frame.f_code.co_name in _SETTLING else None
+        if event == "line" and not self.fired:
+            if linecache.getline(frame.f_code.co_filename, frame.f_lineno).lstrip().startswith("with "):
+                return self
+            self.seen += 1
+            if self.seen > self.at:
+                self.fired = True
+                raise KeyboardInterrupt
+        return self
+
+
+def _interrupted(action: Any, at: int) -> bool:
+    """Run ``action`` interrupted at the ``at``-th settling line; True if the interrupt
+    fired (and reached the caller)."""
+    interrupt = _InterruptAtLine(at)
+    sys.settrace(interrupt)
+    try:
+        action()
+    except KeyboardInterrupt:
+        assert interrupt.fired
+    finally:
+        sys.settrace(None)
+    return interrupt.fired
+
+
+def _read_all_acks(puts: PendingPuts) -> Any:
+    """Answer every pending message SUCCESS in one read, as the reader would."""
+    event = _codec.build_ack_event([(0, 0, guid, 1) for guid in list(puts._pending)])
+    return lambda: _codec.set_latches(puts.handle_acks([event]))  # set once the reader lets go of the GIL
+
+
+@pytest.mark.parametrize("shape", ["single posts", "one post_many", "a blocking post_many",
+                                   "several post calls", "callbacks"])
+def test_an_interrupt_anywhere_in_settling_a_read_leaves_no_message_unanswered(shape):
+    """Whatever line of the settling an interrupt stops, every message of the read is answered
+    with the broker's status (futures resolved, a blocking poster's latch set), once, and the
+    byte and hand-over counts come back to 0: out of the table, nothing else would answer
+    them (not re-sent, never TIMEOUT)."""
+    at = 0
+    while True:
+        acks: List[Any] = []
+        puts = PendingPuts(bmq.SessionOptions(), lambda fn, *args: fn(*args), None)
+        puts._transport = _Wire()  # type: ignore[assignment]
+        queue = _Queue()
+        futures: List[Any] = []
+        latches: List[Any] = []
+        if shape == "single posts":
+            futures = [_post(puts, queue, [payload]).futures[0] for payload in (b"a", b"bc", b"def")]
+        elif shape == "one post_many":
+            futures = list(_post(puts, queue, [b"a", b"bc", b"def"]).futures)
+        elif shape == "a blocking post_many":
+            latches = [_post(puts, queue, [b"a", b"bc", b"def"], asynchronous=False)]
+        elif shape == "several post calls":
+            futures = list(_post(puts, queue, [b"a", b"bc"]).futures) + [_post(puts, queue, [b"def"]).futures[0]]
+        else:
+            request = PostRequest(queue, [b"a", b"bc"], Completion.callback(acks.extend))
+            puts.post(request, _codec.GuidGenerator(7), True, 0)
+            on_ack = Completion.futures(acks.append)
+            futures = [puts.post(PostRequest(queue, [b"def"], on_ack), _codec.GuidGenerator(8), True, 0).futures[0]]
+        pending = len(puts._pending)
+        fired = _interrupted(_read_all_acks(puts), at)
+        where = f"interrupted at settling line {at}" if fired else "not interrupted"
+        if len(puts._pending) == pending and fired:  # it came before the read took any: all still pending
+            assert not any(future.done() for future in futures) and puts._handing_over == 0, where
+            at += 1
+            continue
+        assert [future.result(0).status for future in futures] == [bmq.AckStatus.SUCCESS] * len(futures), where
+        for batch in latches:
+            assert [ack.status for ack in batch.wait(0)] == [bmq.AckStatus.SUCCESS] * 3, where
+        assert (len(puts._pending), puts._bytes, puts._handing_over, puts.flush(0)) == (0, 0, 0, 0), where
+        assert not puts._lock.locked() and not thread_condition()._is_owned(), where  # type: ignore[attr-defined]
+        if shape == "callbacks":
+            # None twice; the callbacks of the one entry whose queuing the interrupt stopped
+            # may be lost (documented), none without an interrupt.
+            assert len({ack.guid for ack in acks}) == len(acks) and len(acks) >= (1 if fired else 3), where
+        if not fired:
+            break
+        at += 1
+    assert at > 5  # the settling was interrupted at every one of its lines
+
+
+@pytest.mark.parametrize("asynchronous", [True, False], ids=["futures", "blocking"])
+def test_an_interrupt_anywhere_in_cancelling_a_queues_posts_leaves_none_unanswered(asynchronous):
+    """Closing a queue (or stopping the session) in the main thread settles its posts there: a
+    Ctrl-C at any line of it still leaves every one of them answered, once."""
+    at = 0
+    while True:
+        puts = PendingPuts(bmq.SessionOptions(), lambda fn, *args: fn(*args), None)
+        puts._transport = _Wire()  # type: ignore[assignment]
+        queue = _Queue()
+        batch = _post(puts, queue, [b"a", b"bc"], asynchronous)
+        single = _post(puts, queue, [b"def"])
+        fired = _interrupted(lambda: puts.cancel_queue(queue, bmq.AckStatus.CANCELED), at)  # type: ignore[arg-type]
+        where = f"interrupted at settling line {at}" if fired else "not interrupted"
+        if len(puts._pending) == 3 and fired:  # it came before the call took any: all still pending, whole
+            assert puts._bytes == 6 and not single.done() and puts._handing_over == 0, where
+            at += 1
+            continue
+        acks = list(batch.futures) + [single] if asynchronous else batch.wait(0) + [single.result(0)]
+        statuses = [ack.result(0).status if asynchronous else ack.status for ack in acks]
+        assert statuses == [bmq.AckStatus.CANCELED] * 3, where
+        assert (len(puts._pending), puts._bytes, puts._handing_over, puts.flush(0)) == (0, 0, 0, 0), where
+        assert not puts._lock.locked() and not thread_condition()._is_owned(), where  # type: ignore[attr-defined]
+        if not fired:
+            break
+        at += 1
+    assert at > 5
