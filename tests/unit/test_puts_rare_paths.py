@@ -235,11 +235,14 @@ class _InterruptAtLine:
     before ``__exit__`` is called and outside the block's protection, so an exception raised
     there would leave the lock held, which a signal cannot do (CPython runs signal handlers
     after a call, at a loop's jump back or as a function starts, not between a block's last
-    line and its ``__exit__``)."""
+    line and its ``__exit__``). Nor again at a line just run in the same frame (a loop within
+    one line, as a comprehension that 3.12+ inlines): there, from 3.12 on, an exception raised
+    by a trace function skips the frame's handlers, which no signal can do."""
 
     def __init__(self, at: int) -> None:
         self.at = at
         self.seen = 0
+        self.last: Any = None
         self.fired = False
 
     def __call__(self, frame: Any, event: str, arg: Any) -> Any:
@@ -247,7 +250,9 @@ class _InterruptAtLine:
             module = frame.f_globals.get("__name__", "")
             return self if module.startswith("bmq.") and frame.f_code.co_name in _SETTLING else None
         if event == "line" and not self.fired:
-            if linecache.getline(frame.f_code.co_filename, frame.f_lineno).lstrip().startswith("with "):
+            line, self.last = self.last, (frame, frame.f_lineno)
+            if line == self.last or linecache.getline(frame.f_code.co_filename,
+                                                      frame.f_lineno).lstrip().startswith("with "):
                 return self
             self.seen += 1
             if self.seen > self.at:
