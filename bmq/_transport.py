@@ -407,8 +407,10 @@ class Transport:
                 if self._wave and not coalesce and not self._closed:
                     self._wave -= 1
                     if self._wave:
-                        queue.append(data)  # held for the rest of the wave: no writer wake-up
+                        # Counted first: a signal handler's exception cannot come between a
+                        # statement without a call and the call after it (see _enqueue).
                         self._queued += size
+                        queue.append(data)  # held for the rest of the wave: no writer wake-up
                         return
                     last_of_wave = True
                 else:
@@ -424,13 +426,16 @@ class Transport:
                 # or a blocking send finds the writer thread lingering (it would wait for it).
                 # The writer thread needs the interpreter lock, which a thread that keeps posting
                 # holds: without this, what is queued would wait for it while the broker idles.
+                # The token first: whatever an exception (a signal handler's) interrupts from
+                # here on, the except below gives it back and fails the connection, so that
+                # events taken from the queue and not written are re-sent after the reconnect.
+                self._writing = took = _get_ident()
                 if queue:
-                    queue.append(data)
                     self._queued += size
+                    queue.append(data)
                     batch, taken = self._take()
                 else:
                     batch, taken = [data], 0
-                self._writing = took = _get_ident()
             self._write_direct(batch, taken)
         except BaseException as e:  # noqa: B902 - a signal handler's exception included
             if took:
@@ -466,8 +471,8 @@ class Transport:
                 self._wave = 0
                 if self._writing or self._closed or not self._queue:
                     return
+                self._writing = took = _get_ident()  # before taking: see send
                 batch, taken = self._take()
-                self._writing = took = _get_ident()
             self._write_direct(batch, taken)
         except ConnectionLost:
             pass  # the transport failed (its owner was told): the session re-sends what it held
@@ -518,8 +523,11 @@ class Transport:
     def _enqueue(self, data: bytes) -> None:
         if self._closed:
             raise ConnectionLost(f"connection to {self.address[0]}:{self.address[1]} is closed")
-        self._queue.append(data)
+        # Counted before it is queued: CPython runs a signal handler (whose exception could
+        # end this) after a call, never between a statement without one and the next call, so
+        # the event cannot be queued uncounted. Not woken, the writer is by the caller's except.
         self._queued += len(data)
+        self._queue.append(data)
         self._rouse_writer()
 
     def _rouse_writer(self) -> None:

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import contextlib
+import dis
 import itertools
+import os
 import signal
+import sys
 import threading
 import time
-from typing import Callable, Iterator, List, Type
+from typing import Any, Callable, Collection, Dict, Iterator, List, Set, Type
 
 import bmq
 from bmq import _codec, events
@@ -109,3 +112,126 @@ def sigint_at_default() -> None:
     with it at its default again, ``.ci/lib.sh``; a user's ``pytest ... &`` in a script is not),
     and a child inherits that: it would not see the signal the test sends."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# What CPython does before a signal handler runs (and so where its exception can come from):
+# it looks for pending signals as a function starts, after a loop's jump back (at the jump's
+# target), and after a call returns, before the next instruction (3.10-3.14); never between
+# two instructions of straight-line code without a call.
+_CALLS = {"CALL", "CALL_KW", "CALL_FUNCTION", "CALL_FUNCTION_KW", "CALL_FUNCTION_EX", "CALL_METHOD"}
+_breaker_points: Dict[Any, Dict[int, int]] = {}
+
+
+def _points_of(code: Any) -> Dict[int, int]:
+    """The offsets in ``code`` of the instructions before which a signal handler can run, with
+    their line numbers."""
+    points = _breaker_points.get(code)
+    if points is None:
+        points = _breaker_points[code] = {}
+        instructions = list(dis.get_instructions(code))
+        lines = {}
+        line = code.co_firstlineno
+        for instruction in instructions:
+            line = instruction.starts_line if isinstance(instruction.starts_line, int) else line
+            lines[instruction.offset] = line = getattr(instruction, "line_number", None) or line
+        found = {0}
+        previous = None
+        for instruction in instructions:
+            name = instruction.opname
+            if name == "RESUME" or previous in _CALLS:
+                found.add(instruction.offset)
+            if name in ("JUMP_BACKWARD", "JUMP_ABSOLUTE") and instruction.argval <= instruction.offset:
+                found.add(instruction.argval)  # (also reached without the jump: a point too many)
+            previous = name
+        points.update((offset, lines[offset]) for offset in found if offset in lines)
+    return points
+
+
+class _Interrupt:
+    """Where a KeyboardInterrupt is to be raised: at the ``at``-th point (of
+    :func:`_points_of`) run by this thread."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.seen = 0
+        self.fired = False
+        self.thread = threading.get_ident()
+
+    def reached(self, code: Any, offset: int) -> None:
+        """Called before the instruction at ``offset`` of ``code`` runs: raise there if due."""
+        if self.fired or threading.get_ident() != self.thread:
+            return
+        line = _points_of(code).get(offset)
+        if line is not None:
+            self.seen += 1
+            if self.seen > self.at:
+                self.fired = True
+                raise KeyboardInterrupt(f"at {code.co_name}:{line} (offset {offset})")
+
+
+def _codes_named(functions: Collection[str]) -> Set[Any]:
+    """The code objects of bmq's functions and methods named in ``functions``."""
+    codes = set()
+    for name, module in list(sys.modules.items()):
+        if name != "bmq" and not name.startswith("bmq."):
+            continue
+        for value in list(vars(module).values()):
+            for item in list(vars(value).values()) if isinstance(value, type) else [value]:
+                item = getattr(item, "__func__", None) or getattr(item, "fget", None) or item
+                code = getattr(item, "__code__", None)
+                if code is not None and code.co_name in functions and code.co_filename.startswith(
+                        os.path.dirname(bmq.__file__)):
+                    codes.add(code)
+    return codes
+
+
+_TOOL = 4  # a sys.monitoring tool id that no debugger, coverage tool or profiler claims
+
+
+def interrupted_at(action: Callable[[], object], at: int, functions: Collection[str]) -> str:
+    """Run ``action`` with a KeyboardInterrupt raised at the ``at``-th point in ``functions``
+    (names of bmq's functions and methods, run by this thread) where a signal handler could
+    raise it; where it did ("function:line (offset)", having reached the caller), or "" if
+    ``action`` ran to its end first. Trying ``at`` = 0, 1, 2... until it returns "" interrupts
+    ``action`` at every such point in turn.
+
+    On 3.12+ through ``sys.monitoring`` (there a trace function's exception at a loop's jump
+    back is lost, and a function's first call once traced reports no instructions), on
+    3.10-3.11 through a trace function's per-instruction events."""
+    interrupt = _Interrupt(at)
+    monitoring = getattr(sys, "monitoring", None)
+    try:
+        if monitoring is not None:
+            codes = _codes_named(functions)
+            monitoring.use_tool_id(_TOOL, "bmq tests: interrupts")
+            monitoring.register_callback(_TOOL, monitoring.events.INSTRUCTION, interrupt.reached)
+            for code in codes:
+                monitoring.set_local_events(_TOOL, code, monitoring.events.INSTRUCTION)
+            try:
+                action()
+            finally:
+                for code in codes:
+                    monitoring.set_local_events(_TOOL, code, 0)
+                monitoring.register_callback(_TOOL, monitoring.events.INSTRUCTION, None)
+                monitoring.free_tool_id(_TOOL)
+        else:
+            def trace(frame: Any, event: str, arg: Any) -> Any:
+                if event == "call":
+                    module = frame.f_globals.get("__name__", "")
+                    if not (module.startswith("bmq.") and frame.f_code.co_name in functions):
+                        return None
+                    frame.f_trace_lines = False
+                    frame.f_trace_opcodes = True
+                elif event == "opcode":
+                    interrupt.reached(frame.f_code, frame.f_lasti)
+                return trace
+
+            sys.settrace(trace)
+            try:
+                action()
+            finally:
+                sys.settrace(None)
+    except KeyboardInterrupt as e:
+        assert interrupt.fired
+        return str(e)
+    return ""

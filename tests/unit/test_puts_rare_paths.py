@@ -6,8 +6,6 @@ timing: the test lets the other thread run until it either finishes or blocks on
 path's lock, and only then goes on."""
 from __future__ import annotations
 
-import linecache
-import sys
 import threading
 from typing import Any, List, Optional
 
@@ -21,6 +19,7 @@ from bmq._outbox import Outbox
 from bmq._puts import Completion, PendingPuts, PostRequest
 from bmq._stats import QueueCounters
 from bmq._types import QueueState
+from support import interrupted_at
 
 
 class _Queue:
@@ -222,57 +221,14 @@ def test_an_interrupt_while_single_posts_are_settled_leaves_the_byte_and_hand_ov
 
 
 # The settling steps an interrupt can land in (a KeyboardInterrupt in a main thread that reads
-# in the reader's place): every line of these is tried in turn.
+# in the reader's place, or closes a queue): every line of these is tried in turn.
 _SETTLING = {"handle_acks", "_sole_batch", "_settle_run", "_settle_each", "_settle", "_complete", "_matching",
              "answer", "position", "answers", "_hand_over", "_notify", "resolve_futures"}
 
 
-class _InterruptAtLine:
-    """A trace function that raises KeyboardInterrupt at the ``at``-th line run in one of
-    ``_SETTLING``'s functions (in bmq's modules), as a signal handler could.
-
-    Not at a ``with`` statement's line: its line event also comes at the end of the block,
-    before ``__exit__`` is called and outside the block's protection, so an exception raised
-    there would leave the lock held, which a signal cannot do (CPython runs signal handlers
-    after a call, at a loop's jump back or as a function starts, not between a block's last
-    line and its ``__exit__``). Nor again at a line just run in the same frame (a loop within
-    one line, as a comprehension that 3.12+ inlines): there, from 3.12 on, an exception raised
-    by a trace function skips the frame's handlers, which no signal can do."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-        self.seen = 0
-        self.last: Any = None
-        self.fired = False
-
-    def __call__(self, frame: Any, event: str, arg: Any) -> Any:
-        if event == "call":
-            module = frame.f_globals.get("__name__", "")
-            return self if module.startswith("bmq.") and frame.f_code.co_name in _SETTLING else None
-        if event == "line" and not self.fired:
-            line, self.last = self.last, (frame, frame.f_lineno)
-            if line == self.last or linecache.getline(frame.f_code.co_filename,
-                                                      frame.f_lineno).lstrip().startswith("with "):
-                return self
-            self.seen += 1
-            if self.seen > self.at:
-                self.fired = True
-                raise KeyboardInterrupt
-        return self
-
-
-def _interrupted(action: Any, at: int) -> bool:
-    """Run ``action`` interrupted at the ``at``-th settling line; True if the interrupt
-    fired (and reached the caller)."""
-    interrupt = _InterruptAtLine(at)
-    sys.settrace(interrupt)
-    try:
-        action()
-    except KeyboardInterrupt:
-        assert interrupt.fired
-    finally:
-        sys.settrace(None)
-    return interrupt.fired
+def _interrupted(action: Any, at: int) -> str:
+    """``action`` interrupted at the ``at``-th settling line; where, if it was."""
+    return interrupted_at(action, at, _SETTLING)
 
 
 def _read_all_acks(puts: PendingPuts) -> Any:
@@ -311,7 +267,7 @@ def test_an_interrupt_anywhere_in_settling_a_read_leaves_no_message_unanswered(s
             futures = [puts.post(PostRequest(queue, [b"def"], on_ack), _codec.GuidGenerator(8), True, 0).futures[0]]
         pending = len(puts._pending)
         fired = _interrupted(_read_all_acks(puts), at)
-        where = f"interrupted at settling line {at}" if fired else "not interrupted"
+        where = f"interrupted {fired}" if fired else "not interrupted"
         if len(puts._pending) == pending and fired:  # it came before the read took any: all still pending
             assert not any(future.done() for future in futures) and puts._handing_over == 0, where
             at += 1
@@ -328,7 +284,7 @@ def test_an_interrupt_anywhere_in_settling_a_read_leaves_no_message_unanswered(s
         if not fired:
             break
         at += 1
-    assert at > 5  # the settling was interrupted at every one of its lines
+    assert at > 5  # the settling was interrupted at every point a signal handler could run
 
 
 @pytest.mark.parametrize("asynchronous", [True, False], ids=["futures", "blocking"])
@@ -343,7 +299,7 @@ def test_an_interrupt_anywhere_in_cancelling_a_queues_posts_leaves_none_unanswer
         batch = _post(puts, queue, [b"a", b"bc"], asynchronous)
         single = _post(puts, queue, [b"def"])
         fired = _interrupted(lambda: puts.cancel_queue(queue, bmq.AckStatus.CANCELED), at)  # type: ignore[arg-type]
-        where = f"interrupted at settling line {at}" if fired else "not interrupted"
+        where = f"interrupted {fired}" if fired else "not interrupted"
         if len(puts._pending) == 3 and fired:  # it came before the call took any: all still pending, whole
             assert puts._bytes == 6 and not single.done() and puts._handing_over == 0, where
             at += 1

@@ -17,6 +17,7 @@ from bmq import _codec
 from bmq import _transport
 from bmq._transport import Transport
 from bmq.exceptions import ConnectionLost
+from support import interrupted_at, until
 
 SENDERS, EACH = 4, 3000
 
@@ -350,3 +351,86 @@ class _InterruptOnce:
 
     def __getattr__(self, name: str) -> Any:  # acquire, release (the writer thread's waits): the lock's
         return getattr(self._inner, name)
+
+
+class _ReadingPeer:
+    """Reads every event sent to it (parsing the stream: a cut event would fail to parse) until
+    a HEARTBEAT_RSP marker."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.events: List[bytes] = []
+        self.marked = threading.Event()
+        self.failed: List[BaseException] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        frames = _codec.FrameReader()
+        conn, _ = self.server.accept()
+        with conn:
+            try:
+                while True:
+                    chunk = conn.recv(1 << 20)
+                    if not chunk:
+                        return
+                    for event in frames.feed(chunk):
+                        if _codec.unpack_event_header(event)[1] == _codec.EVENT_HEARTBEAT_RSP:
+                            self.marked.set()
+                            return
+                        self.events.append(event)
+            except Exception as e:  # a cut event: what the test looks for
+                self.failed.append(e)
+            finally:
+                self.marked.set()
+
+
+# Where a sending thread holds the write token or the queue: every line of these is tried.
+_SENDING = {"send", "_enqueue", "_rouse_writer", "_take", "_write_direct", "_write", "_wake_writer",
+            "_write_interrupted"}
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["alone", "behind queued events"])
+def test_an_interrupt_anywhere_in_a_send_leaves_the_token_free_and_nothing_stranded(queued):
+    """A Ctrl-C at any line of a send (the main thread's post) leaves the write token and the
+    lock free, and either the connection failed (the session reconnects and re-sends what is
+    unanswered) or every event sent arrives whole, the interrupted one at most missing, and
+    the queued-byte count back to 0; the sends after it go out."""
+    at = 0
+    guids = _codec.GuidGenerator(5)
+    while True:
+        peer = _ReadingPeer()
+        failures: List[BaseException] = []
+        transport = Transport(peer.server.getsockname(), lambda *_: None, failures.append, 1 << 20, "interrupted")
+        transport.connect(5.0)
+        try:
+            before = [_codec.build_put_events(1, guids.generate(1), [b"before%d" % i])[0] for i in range(3)]
+            if queued:  # the writer thread is kept from writing them: this send takes them along
+                transport._writing = 1
+                for event in before:
+                    transport.send(event, 5.0, coalesce=True)
+                transport._writing = 0
+            interrupted = _codec.build_put_events(1, guids.generate(1), [b"interrupted"])[0]
+            fired = interrupted_at(lambda: transport.send(interrupted, 5.0), at, _SENDING)
+            where = f"interrupted {fired}" if fired else "not interrupted"
+            assert not transport._writing and transport._lock.acquire(timeout=10), where  # the writer thread may hold it a moment
+            transport._lock.release()
+            if transport.closed:
+                assert fired and len(failures) == 1, where
+            else:
+                after = _codec.build_put_events(1, guids.generate(1), [b"after"])[0]
+                transport.send(after, 5.0)
+                transport.send_control(_codec.HEARTBEAT_RSP)
+                assert peer.marked.wait(10) and not peer.failed, where
+                payloads = [message[-1] for event in peer.events for message in _codec.iter_put_messages(event)]
+                expected = [b"before0", b"before1", b"before2"] if queued else []
+                assert payloads in (expected + [b"interrupted", b"after"], expected + [b"after"]), where
+                assert fired or b"interrupted" in payloads, where
+                assert until(lambda: transport._queued == 0, 10), where
+        finally:
+            transport.close()
+            transport.join(5.0)
+            peer.server.close()
+        if not fired:
+            break
+        at += 1
+    assert at > 5
