@@ -876,15 +876,19 @@ class Transport:
         transport too (the session reconnects and re-sends what is unanswered), then propagates.
         """
         blocked = self._blocked
-        blocked.append(None)  # from here until pop(), the wait sets stay open (_close_wait_sets)
         try:
-            if (self._epoll is None or len(blocked) > 1 or threading.get_ident() == self._reader_ident
-                    or not self._lead.acquire()):
+            # Inside the try: a signal handler's exception comes after a call, so once the
+            # append is made the finally pops it.
+            blocked.append(None)  # from here until pop(), the wait sets stay open (_close_wait_sets)
+            if self._epoll is None or len(blocked) > 1 or threading.get_ident() == self._reader_ident:
                 return bool(latch.wait(timeout))
             deadline = time.monotonic() + timeout
             woken: List[_codec.Latch] = []
-            leading = True
+            leading: Optional[bool] = None  # not known yet: see the finally
             try:
+                leading = self._lead.acquire()
+                if not leading:
+                    return bool(latch.wait(timeout))
                 if self._read_closed:
                     return bool(latch.wait(timeout))
                 if self._lead.reader_waiting():
@@ -894,10 +898,22 @@ class Transport:
                 if not latch.kick_to(self._kick):
                     leading = self._read_until(latch, deadline, woken)
             finally:
-                latch.kick_to(-1)
-                if leading:
-                    self._lead.release()
-                _codec.set_latches(woken)
+                if leading is None:
+                    # An exception (a signal handler's) came as the lead was taken, before it
+                    # was recorded: taken, it is this thread's (no other thread takes it while
+                    # this one waits alone) unless the transport closed (its reader keeps it).
+                    leading = self._lead.locked() and not self._closed
+                # One call a step, each in a finally of the one before: an exception (a signal
+                # handler's, after a call) skips none of the others. A lead left taken would
+                # stop every read; an answered post's latch left unset, its poster.
+                try:
+                    if leading:
+                        self._lead.release()
+                finally:
+                    try:
+                        _codec.set_latches(woken)
+                    finally:
+                        latch.kick_to(-1)
             return bool(latch.wait(max(0.0, deadline - time.monotonic())))
         finally:
             blocked.pop()

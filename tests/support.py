@@ -119,54 +119,81 @@ def sigint_at_default() -> None:
 # target), and after a call returns, before the next instruction (3.10-3.14); never between
 # two instructions of straight-line code without a call.
 _CALLS = {"CALL", "CALL_KW", "CALL_FUNCTION", "CALL_FUNCTION_KW", "CALL_FUNCTION_EX", "CALL_METHOD"}
-_breaker_points: Dict[Any, Dict[int, int]] = {}
 
 
-def _points_of(code: Any) -> Dict[int, int]:
-    """The offsets in ``code`` of the instructions before which a signal handler can run, with
-    their line numbers."""
-    points = _breaker_points.get(code)
-    if points is None:
-        points = _breaker_points[code] = {}
+class _Points:
+    """Where in one code object a signal handler can run: ``at`` (offsets of the instructions
+    before which it can, whatever came before: a function's start, after a call) and ``jumps``
+    (a backward jump's offset: its target, a point when reached by that jump); ``lines`` maps
+    offsets to line numbers."""
+
+    _cache: Dict[Any, "_Points"] = {}
+
+    def __init__(self, code: Any) -> None:
         instructions = list(dis.get_instructions(code))
-        lines = {}
+        self.lines: Dict[int, int] = {}
         line = code.co_firstlineno
         for instruction in instructions:
             line = instruction.starts_line if isinstance(instruction.starts_line, int) else line
-            lines[instruction.offset] = line = getattr(instruction, "line_number", None) or line
-        found = {0}
+            self.lines[instruction.offset] = line = getattr(instruction, "line_number", None) or line
+        # 3.11+: which handler an offset's exception goes to. CPython handles an exception met
+        # after a call as one in the call, and after a jump back as one in the target or the
+        # instruction before it (by version): a point is kept only where these agree with the
+        # instruction the exception is raised at here (not, say, the first instruction of a
+        # finally block's copy for the normal way out, right after the try block's last call).
+        entries = getattr(dis.Bytecode(code), "exception_entries", [])
+
+        def handler(offset: int) -> Any:
+            return next((entry.target for entry in entries if entry.start <= offset < entry.end), None)
+
+        self.at = {0}
+        self.jumps: Dict[int, int] = {}
+        before: Dict[int, int] = {}
         previous = None
         for instruction in instructions:
-            name = instruction.opname
-            if name == "RESUME" or previous in _CALLS:
-                found.add(instruction.offset)
-            if name in ("JUMP_BACKWARD", "JUMP_ABSOLUTE") and instruction.argval <= instruction.offset:
-                found.add(instruction.argval)  # (also reached without the jump: a point too many)
-            previous = name
-        points.update((offset, lines[offset]) for offset in found if offset in lines)
-    return points
+            if previous is not None:
+                before[instruction.offset] = previous.offset
+                if previous.opname in _CALLS and handler(previous.offset) == handler(instruction.offset):
+                    self.at.add(instruction.offset)
+            if instruction.opname == "RESUME":
+                self.at.add(instruction.offset)
+            previous = instruction
+        for instruction in instructions:
+            target = instruction.argval
+            if (instruction.opname in ("JUMP_BACKWARD", "JUMP_ABSOLUTE") and target <= instruction.offset
+                    and handler(target) == handler(before.get(target, target))):
+                self.jumps[instruction.offset] = target
+
+    @classmethod
+    def of(cls, code: Any) -> "_Points":
+        points = cls._cache.get(code)
+        if points is None:
+            points = cls._cache[code] = cls(code)
+        return points
 
 
 class _Interrupt:
-    """Where a KeyboardInterrupt is to be raised: at the ``at``-th point (of
-    :func:`_points_of`) run by this thread."""
+    """Where a KeyboardInterrupt is to be raised: at the ``at``-th point (see :class:`_Points`)
+    run by this thread."""
 
     def __init__(self, at: int) -> None:
         self.at = at
         self.seen = 0
         self.fired = False
         self.thread = threading.get_ident()
+        self.last: Any = None  # (code, offset) of the instruction run before
 
     def reached(self, code: Any, offset: int) -> None:
         """Called before the instruction at ``offset`` of ``code`` runs: raise there if due."""
         if self.fired or threading.get_ident() != self.thread:
             return
-        line = _points_of(code).get(offset)
-        if line is not None:
+        points = _Points.of(code)
+        last, self.last = self.last, (code, offset)
+        if offset in points.at or (last is not None and last[0] is code and points.jumps.get(last[1]) == offset):
             self.seen += 1
             if self.seen > self.at:
                 self.fired = True
-                raise KeyboardInterrupt(f"at {code.co_name}:{line} (offset {offset})")
+                raise KeyboardInterrupt(f"at {code.co_name}:{points.lines.get(offset)} (offset {offset})")
 
 
 def _codes_named(functions: Collection[str]) -> Set[Any]:

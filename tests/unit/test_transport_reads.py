@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 
 from bmq import _codec
-from support import until as _until
+from support import interrupted_at, until as _until
 from bmq import _transport
 from bmq._dispatch import new_futures, resolve_futures
 from bmq._transport import Transport
@@ -485,3 +485,39 @@ def test_the_reader_thread_leaves_the_socket_to_the_lead_and_reads_what_is_left_
             transport._lead.release()
         assert latch.wait(10)  # then reads it once the lead is free: nothing is stranded
         assert link.seen == [("bmq-reader-reads", guid)] and not link.failures
+
+
+# A thread reading in the reader's place holds the lead: every point of these is tried.
+_WAITING = {"wait_for", "_read_until", "_lead_done", "_wait", "_read_once", "_hand_up", "_release_wave"}
+
+
+@needs_epoll
+def test_an_interrupt_anywhere_in_a_wait_leaves_the_lead_free_and_the_reads_going():
+    """A Ctrl-C at any point of a post's wait for its answer (the main thread reading in the
+    reader's place) must not leave the lead taken: the reader thread would never read again
+    and every later wait would time out. Either the transport failed (the interrupt came amid
+    handing up events: the session reconnects) or it goes on answering."""
+    at = 0
+    guids = _codec.GuidGenerator(12)
+    link = _Link(_PeerProcess()).__enter__()
+    try:
+        while True:
+            _, latch = link.post(guids, 1)
+            fired = interrupted_at(lambda: link.transport.wait_for(latch, 10.0), at, _WAITING)
+            where = f"interrupted {fired}" if fired else "not interrupted"
+            assert not link.transport._blocked, where
+            if link.transport.closed:
+                assert fired and len(link.failures) == 1, where
+                link.__exit__(None, None, None)
+                link = _Link(_PeerProcess()).__enter__()
+            else:
+                assert latch.wait(10.0) and not link.transport._lead.locked(), where
+                _, after = link.post(guids, 1)
+                assert link.transport.wait_for(after, 10.0), where  # read by this thread or the reader
+                assert not link.failures, where
+            if not fired:
+                break
+            at += 1
+    finally:
+        link.__exit__(None, None, None)
+    assert at > 5
