@@ -165,7 +165,7 @@ class Queue:
         # get and messages on CPython 3.10-3.12, whose SimpleQueue can block get(timeout=...)
         # until the next put() when another thread takes the item that woke it (_take). The
         # holder of _take_lock sets _taker_waiting, under its own lock, while it waits there.
-        self._take_lock = threading.RLock()  # an RLock for its owner: see _take
+        self._take_lock = threading.Lock()
         self._taker_waiting_lock = threading.Lock()
         self._taker_waiting = False
         self._rest: Optional[MessageBatch] = None  # what get_batch took beyond its limits
@@ -449,41 +449,32 @@ class Queue:
         """
         if not _ONE_TAKER:
             return self._take_held(timeout)
-        # None while not known: a signal handler's exception (a Ctrl-C in a consumer loop) can
-        # come right after the lock is taken, before the call's result is stored; the finally
-        # then asks the lock whether this thread holds it (an RLock knows its owner).
-        locked: Optional[bool] = None
-        try:
-            locked = self._take_lock.acquire(False)
+        if not self._take_lock.acquire(False):
+            # Another taker: unless it waits in the inbox (it could be robbed), take what is there.
+            with self._taker_waiting_lock:
+                if not self._taker_waiting:
+                    try:
+                        return self._opened(self._inbox.get_nowait())
+                    except _stdqueue.Empty:
+                        pass
+            locked, timeout = self._lock_taking(timeout)
             if not locked:
-                # Another taker: unless it waits in the inbox (it could be robbed), take what is there.
-                with self._taker_waiting_lock:
-                    if not self._taker_waiting:
-                        try:
-                            return self._opened(self._inbox.get_nowait())
-                        except _stdqueue.Empty:
-                            pass
-                locked = None
-                locked, timeout = self._lock_taking(timeout)
-                if not locked:
-                    return None
+                return None
+        try:
             try:
                 return self._opened(self._inbox.get_nowait())
             except _stdqueue.Empty:
                 if timeout is not None and timeout <= 0:
                     return None
+            with self._taker_waiting_lock:
+                self._taker_waiting = True
             try:
-                with self._taker_waiting_lock:
-                    self._taker_waiting = True
                 return self._take_held(timeout)
             finally:
                 with self._taker_waiting_lock:
                     self._taker_waiting = False
         finally:
-            if locked is None:
-                locked = self._take_lock._is_owned()  # type: ignore[attr-defined]
-            if locked:
-                self._take_lock.release()
+            self._take_lock.release()
 
     def _opened(self, item: Any) -> Any:
         """``item`` taken from the inbox, unless it is the closed queue's sentinel."""
@@ -558,11 +549,10 @@ class Queue:
             raise QueueStateError(f"{self.uri} is closed")
         # Another thread may hold the lock while it waits for a first message: the timeout
         # covers waiting for the lock too.
-        locked: Optional[bool] = None  # None while not known: see _take
+        locked, left = self._lock_taking(timeout)
+        if not locked:
+            return None
         try:
-            locked, left = self._lock_taking(timeout)
-            if not locked:
-                return None
             first, self._rest = self._rest, None
             if first is None:
                 first = self._take_held(left)
@@ -586,10 +576,7 @@ class Queue:
                 batch, self._rest = batch._split(keep)
             return batch
         finally:
-            if locked is None:
-                locked = self._take_lock._is_owned()  # type: ignore[attr-defined]
-            if locked:
-                self._take_lock.release()
+            self._take_lock.release()
 
     def confirm_many(self, messages: Iterable[Message]) -> None:
         """Confirm messages of this queue in one CONFIRM event (see :meth:`Message.confirm`)."""
