@@ -165,7 +165,7 @@ class Queue:
         # get and messages on CPython 3.10-3.12, whose SimpleQueue can block get(timeout=...)
         # until the next put() when another thread takes the item that woke it (_take). The
         # holder of _take_lock sets _taker_waiting, under its own lock, while it waits there.
-        self._take_lock = threading.Lock()
+        self._take_lock = threading.RLock()  # an RLock for its owner: see _take
         self._taker_waiting_lock = threading.Lock()
         self._taker_waiting = False
         self._rest: Optional[MessageBatch] = None  # what get_batch took beyond its limits
@@ -449,32 +449,43 @@ class Queue:
         """
         if not _ONE_TAKER:
             return self._take_held(timeout)
-        if not self._take_lock.acquire(False):
-            # Another taker: unless it waits in the inbox (it could be robbed), take what is there.
-            with self._taker_waiting_lock:
-                if not self._taker_waiting:
-                    try:
-                        return self._opened(self._inbox.get_nowait())
-                    except _stdqueue.Empty:
-                        pass
-            locked, timeout = self._lock_taking(timeout)
-            if not locked:
-                return None
+        # None while not known: a signal handler's exception (a Ctrl-C in a consumer loop) can
+        # come right after the lock is taken, before the call's result is stored; the finally
+        # then asks the lock whether this thread holds it (an RLock knows its owner).
+        locked: Optional[bool] = None
         try:
+            locked = self._take_lock.acquire(False)
+            if not locked:
+                # Another taker: unless it waits in the inbox (it could be robbed), take what is there.
+                with self._taker_waiting_lock:
+                    if not self._taker_waiting:
+                        try:
+                            return self._opened(self._inbox.get_nowait())
+                        except _stdqueue.Empty:
+                            pass
+                locked = None
+                locked, timeout = self._lock_taking(timeout)
+                if not locked:
+                    return None
             try:
                 return self._opened(self._inbox.get_nowait())
             except _stdqueue.Empty:
                 if timeout is not None and timeout <= 0:
                     return None
-            with self._taker_waiting_lock:
-                self._taker_waiting = True
             try:
+                with self._taker_waiting_lock:
+                    self._taker_waiting = True
+                # Looks in the inbox again: a put() since, whose item another taker took before
+                # the flag was up, would have left the stale signal _take_held clears.
                 return self._take_held(timeout)
             finally:
                 with self._taker_waiting_lock:
                     self._taker_waiting = False
         finally:
-            self._take_lock.release()
+            if locked is None:
+                locked = self._take_lock._is_owned()  # type: ignore[attr-defined]
+            if locked:
+                self._take_lock.release()
 
     def _opened(self, item: Any) -> Any:
         """``item`` taken from the inbox, unless it is the closed queue's sentinel."""
@@ -494,11 +505,25 @@ class Queue:
         return True, None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def _take_held(self, timeout: Optional[float]) -> Any:
-        """:meth:`_take` for a caller holding ``_take_lock`` (or needing none: _ONE_TAKER)."""
+        """:meth:`_take` for a caller holding ``_take_lock`` (or needing none: not _ONE_TAKER).
+
+        ``get_nowait()`` first, then ``get(timeout=...)`` only for a time left: on CPython 3.10
+        a ``SimpleQueue.get(timeout=...)`` on an empty inbox whose lock a ``put()`` had left
+        free (a new inbox, or one whose last item was taken without waiting) takes that lock,
+        finds nothing, and when its deadline passed meanwhile (always so for timeout 0, given a
+        microsecond's preemption) waits with the negative time left, that is until the next
+        ``put()``: ``get_batch(timeout=0)`` hung in CI under load. ``get_nowait()`` on an empty
+        inbox takes that stale signal without waiting, so the wait after it starts clean.
+        """
         try:
-            item = self._inbox.get(timeout=timeout)
+            item = self._inbox.get_nowait()
         except _stdqueue.Empty:
-            return None
+            if timeout is not None and timeout <= 0:
+                return None
+            try:
+                item = self._inbox.get(timeout=timeout)
+            except _stdqueue.Empty:
+                return None
         return self._opened(item)
 
     def messages(self, timeout: Optional[float] = None) -> Iterator[Message]:
@@ -549,10 +574,11 @@ class Queue:
             raise QueueStateError(f"{self.uri} is closed")
         # Another thread may hold the lock while it waits for a first message: the timeout
         # covers waiting for the lock too.
-        locked, left = self._lock_taking(timeout)
-        if not locked:
-            return None
+        locked: Optional[bool] = None  # None while not known: see _take
         try:
+            locked, left = self._lock_taking(timeout)
+            if not locked:
+                return None
             first, self._rest = self._rest, None
             if first is None:
                 first = self._take_held(left)
@@ -576,7 +602,10 @@ class Queue:
                 batch, self._rest = batch._split(keep)
             return batch
         finally:
-            self._take_lock.release()
+            if locked is None:
+                locked = self._take_lock._is_owned()  # type: ignore[attr-defined]
+            if locked:
+                self._take_lock.release()
 
     def confirm_many(self, messages: Iterable[Message]) -> None:
         """Confirm messages of this queue in one CONFIRM event (see :meth:`Message.confirm`)."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -128,14 +129,22 @@ def _batch(queue: bmq.Queue) -> bmq.MessageBatch:
     return bmq.MessageBatch(queue, b"\x01" * 16, b"x", b"\x00\x00\x00\x00\x01\x00\x00\x00", None)
 
 
+def _held_by_another_thread(lock: Any) -> bool:
+    """Whether another thread holds ``lock`` (an RLock: locked() only from 3.14 on)."""
+    if lock.acquire(False):
+        lock.release()
+        return False
+    return True
+
+
 def test_a_second_taker_keeps_its_timeout_while_another_waits(session):
     queue = session.open_queue(fresh(), read=True, write=True, batches=True)
     waiting = threading.Thread(target=queue.get_batch, kwargs={"timeout": 5.0})
     waiting.start()
     poll, deadline = threading.Event(), time.monotonic() + 10.0
-    while not queue._take_lock.locked() and time.monotonic() < deadline:  # the first taker waits
+    while not _held_by_another_thread(queue._take_lock) and time.monotonic() < deadline:  # the first taker waits
         poll.wait(0.005)
-    assert queue._take_lock.locked()
+    assert _held_by_another_thread(queue._take_lock)
     started = time.monotonic()
     assert queue.get_batch(timeout=0.2) is None  # not stuck behind the first taker's wait
     assert time.monotonic() - started < 3.0

@@ -118,6 +118,9 @@ PRIVATE_ALLOWED = {
     ("_deliveries", "_queue"),
     ("_telemetry", "_queue"),
     ("_telemetry", "_trace"),
+    # threading.RLock's own owner query (threading.Condition relies on it): whether the thread
+    # an interrupt stopped holds the take lock (Queue._take).
+    ("_queue", "_is_owned"),
 }
 
 

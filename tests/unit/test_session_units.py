@@ -3,6 +3,7 @@ CONFIRM out), EventQueue and Recovery (connection loss → reconnect → reopen 
 driven through fakes of what it talks to."""
 from __future__ import annotations
 
+import array
 import queue as stdqueue
 import threading
 from types import SimpleNamespace
@@ -23,6 +24,7 @@ from bmq._recovery import SessionServices
 from bmq._registry import QueueRegistry
 from bmq._state import ConnectionState
 from bmq._types import QueueState
+from support import interrupted_at
 
 
 class FakeBroker:
@@ -246,7 +248,7 @@ def test_consumer_threads_take_from_a_queues_inbox_one_at_a_time_only_before_3_1
     first = threading.Thread(target=lambda: got.append(queue.get(timeout=30)), name="first-taker", daemon=True)
     first.start()
     assert inbox.entered.wait(30)  # the first get() waits inside the inbox
-    assert queue.get(timeout=0) is None  # the second gives up at its timeout (inside the inbox or not)
+    assert queue.get(timeout=0.05) is None  # the second gives up at its timeout (inside the inbox or not)
     inbox.release.set()
     first.join(30)
     assert got == ["message"] and inbox.most_inside == most_inside
@@ -260,11 +262,115 @@ def test_on_3_10_to_3_12_a_consumer_takes_a_waiting_message_beside_a_taker_not_w
     monkeypatch.setattr(_queue_module, "_ONE_TAKER", True)
     queue = _queue(registry, _owner(), "bmq://bmq.test.mem.priority/takers", read=True)
     queue._inbox.put("message")
-    assert queue._take_lock.acquire(False)  # the other taker
+    holding, release = threading.Event(), threading.Event()
+
+    def other_taker() -> None:  # holds the take lock, not waiting in the inbox
+        with queue._take_lock:
+            holding.set()
+            release.wait(30)
+
+    other = threading.Thread(target=other_taker, daemon=True)
+    other.start()
     try:
+        assert holding.wait(30)
         assert queue.get(timeout=10) == "message"
     finally:
+        release.set()
+        other.join(30)
+
+
+def _is_the(message: Any, taken: Any) -> bool:
+    """Whether get() or get_batch() returned ``message`` (get_batch: a batch of its one message)."""
+    return taken is message or (isinstance(taken, bmq.MessageBatch) and taken.guids == message.guids)
+
+
+@pytest.mark.parametrize("one_taker", [True, False], ids=["3.10-3.12", "3.13+"])
+@pytest.mark.parametrize("waiting", [False, True], ids=["message there", "message to wait for"])
+@pytest.mark.parametrize("call", ["get", "get_batch"])
+def test_an_interrupt_anywhere_in_get_leaves_the_inbox_to_the_next_taker(registry, monkeypatch, one_taker, waiting,
+                                                                         call):
+    """A Ctrl-C at any point of get() or get_batch() (a consumer loop in the main thread) must
+    leave the take lock and the waiting flag free: else every later call would wait out its
+    timeout on the lock, whatever arrived. The next call takes the message, unless the
+    interrupted one had taken it (it then comes again from the broker, unconfirmed)."""
+    monkeypatch.setattr(_queue_module, "_ONE_TAKER", one_taker)
+    at = 0
+    while True:
+        queue = _queue(registry, _owner(), f"bmq://bmq.test.mem.priority/interrupted-{call}-{at}", read=True,
+                       batches=call == "get_batch")
+        message = bmq.MessageBatch(queue, bytes(16), b"m", array.array("i", [0, 1]).tobytes(), None) \
+            if call == "get_batch" else "message"
+        if waiting:  # put by another thread as this one waits (or about to)
+            putter = threading.Timer(0.01, queue._inbox.put, (message,))
+            putter.start()
+        else:
+            queue._inbox.put(message)
+        take = getattr(queue, call)
+        got: List[Any] = []
+        fired = interrupted_at(lambda: got.append(take(timeout=5)), at,
+                               {call, "_take", "_lock_taking", "_take_held", "_opened"})
+        where = f"interrupted {fired}" if fired else "not interrupted"
+        if waiting:
+            putter.join(5)
+        assert queue._take_lock.acquire(False) and not queue._taker_waiting, where
         queue._take_lock.release()
+        if not fired:
+            assert len(got) == 1 and _is_the(message, got[0]), where
+            break
+        after = take(timeout=0)
+        assert after is None or _is_the(message, after), where  # None: the interrupted call had taken it
+        at += 1
+    assert at > 3
+
+
+class _SimpleQueue310:
+    """CPython 3.10's SimpleQueue as far as its lock goes: put() frees the lock; get() on an
+    empty inbox first takes a free lock without waiting (a stale signal when the put's item was
+    taken without waiting, or on a new inbox). A timed get() that does so finds the inbox still
+    empty and, when its deadline has passed meanwhile (a microsecond's preemption for timeout 0),
+    waits until the next put(): the model fails there. A timed wait on a clean lock times out at
+    once; an untimed one is not modelled."""
+
+    def __init__(self) -> None:
+        self.items: List[Any] = []
+        self.locked = False
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+        self.locked = False
+
+    def get_nowait(self) -> Any:
+        return self.get(block=False)
+
+    def get(self, block: bool = True, timeout: Any = None) -> Any:
+        assert block is False or timeout is not None, "an untimed get() is not modelled"
+        if self.items:
+            return self.items.pop(0)
+        stale, self.locked = not self.locked, True
+        assert not (block and stale), "3.10 can wait here until the next put(), past the timeout"
+        raise stdqueue.Empty
+
+
+@pytest.mark.parametrize("one_taker", [True, False], ids=["3.10-3.12", "3.13+"])
+@pytest.mark.parametrize("call", ["get", "get_batch"])
+def test_a_timed_get_on_an_empty_inbox_never_meets_a_stale_signal(registry, monkeypatch, one_taker, call):
+    """On 3.10, get_batch(timeout=0) on a new queue, or once the last messages were taken,
+    hung in CI until the next message: every timed wait in the inbox must start on a clean lock."""
+    monkeypatch.setattr(_queue_module, "_ONE_TAKER", one_taker)
+    queue = _queue(registry, _owner(), f"bmq://bmq.test.mem.priority/stale-{call}", read=True,
+                   batches=call == "get_batch")
+    queue._inbox = _SimpleQueue310()  # type: ignore[assignment]
+    take = getattr(queue, call)
+    messages = [bmq.MessageBatch(queue, bytes(16), b"m", array.array("i", [0, 1]).tobytes(), None)
+                if call == "get_batch" else f"message {n}" for n in range(2)]
+    for timeout in (0, 0.01):
+        assert take(timeout=timeout) is None  # a new inbox, then one emptied by a timed-out wait
+    for message in messages:
+        queue._inbox.put(message)
+    taken = [take(timeout=0)] if call == "get_batch" else [take(timeout=0), take(timeout=0.01)]
+    assert taken == messages if call == "get" else len(taken[0]) == 2
+    for timeout in (0, 0.01, 0):  # taken without waiting: the signal of the puts is stale
+        assert take(timeout=timeout) is None
 
 
 def test_events_are_kept_in_order_given_to_on_event_and_closing_wakes_waiters():
