@@ -44,8 +44,14 @@ def test_module_runs_until_interrupted_and_logs_sessions() -> None:
             client.open("bmq://bmq.test.mem.priority/cli", 0, write=True)
             client.close_queue("bmq://bmq.test.mem.priority/cli", 0, write=True)
             client.disconnect()
+        # The broker logs the disconnect from its own thread: SIGINT only once it has (with the
+        # GIL off it could stop first). A broker that never logs it fails on the test's timeout.
+        logged = [proc.stderr.readline()]  # type: ignore[union-attr]
+        while logged[-1] and "disconnected" not in logged[-1]:  # until that line or the log's end
+            logged.append(proc.stderr.readline())  # type: ignore[union-attr]
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        _, rest = proc.communicate(timeout=30)
+        err = "".join(logged) + rest
     assert proc.returncode == 0, err
     for text in ("connected from 127.0.0.1", "opened bmq://bmq.test.mem.priority/cli", "closed bmq://", "disconnected"):
         assert text in err, err

@@ -22,26 +22,40 @@ from support import interrupted_at, until
 SENDERS, EACH = 4, 3000
 
 
-def test_streams_of_coalescing_sends_arrive_whole_and_in_order_per_sender():
-    server = socket.create_server(("127.0.0.1", 0))
-    events: List[bytes] = []
-    done = threading.Event()
+class _ReadingPeer:
+    """Reads every event sent to it (parsing the stream: a cut event would fail to parse) until
+    a HEARTBEAT_RSP marker."""
 
-    def serve() -> None:  # reads up to the marker sent after everything
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.events: List[bytes] = []
+        self.marked = threading.Event()
+        self.failed: List[BaseException] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
         frames = _codec.FrameReader()
-        conn, _ = server.accept()
+        conn, _ = self.server.accept()
         with conn:
-            while not done.is_set():
-                chunk = conn.recv(1 << 20)
-                if not chunk:
-                    break
-                for event in frames.feed(chunk):
-                    events.append(event)
-                    if _codec.unpack_event_header(event)[1] == _codec.EVENT_HEARTBEAT_RSP:
-                        done.set()
+            try:
+                while True:
+                    chunk = conn.recv(1 << 20)
+                    if not chunk:
+                        return
+                    for event in frames.feed(chunk):
+                        if _codec.unpack_event_header(event)[1] == _codec.EVENT_HEARTBEAT_RSP:
+                            self.marked.set()
+                            return
+                        self.events.append(event)
+            except Exception as e:  # a cut event: what the tests look for
+                self.failed.append(e)
+            finally:
+                self.marked.set()
 
-    threading.Thread(target=serve, daemon=True).start()
-    transport = Transport(server.getsockname(), lambda *_: None, lambda exc: None, 64 << 20, "test")
+
+def test_streams_of_coalescing_sends_arrive_whole_and_in_order_per_sender():
+    peer = _ReadingPeer()
+    transport = Transport(peer.server.getsockname(), lambda *_: None, lambda exc: None, 64 << 20, "test")
     transport.connect(5.0)
     guids = _codec.GuidGenerator(4)
 
@@ -56,12 +70,12 @@ def test_streams_of_coalescing_sends_arrive_whole_and_in_order_per_sender():
     for thread in threads:
         thread.join(30)
     transport.send_control(_codec.HEARTBEAT_RSP)  # a marker after everything
-    assert done.wait(30)
+    assert peer.marked.wait(30) and not peer.failed
     transport.close()
     transport.join(5.0)
-    server.close()
-    assert transport.bytes_out == sum(map(len, events))
-    puts = [event for event in events if _codec.unpack_event_header(event)[1] == _codec.EVENT_PUT]
+    peer.server.close()
+    assert transport.bytes_out == sum(map(len, peer.events)) + len(_codec.HEARTBEAT_RSP)
+    puts = [event for event in peer.events if _codec.unpack_event_header(event)[1] == _codec.EVENT_PUT]
     assert len(puts) < SENDERS * EACH  # queued PUTs were joined into fewer events
     by_sender: List[List[int]] = [[] for _ in range(SENDERS)]
     for event in puts:
@@ -351,37 +365,6 @@ class _InterruptOnce:
 
     def __getattr__(self, name: str) -> Any:  # acquire, release (the writer thread's waits): the lock's
         return getattr(self._inner, name)
-
-
-class _ReadingPeer:
-    """Reads every event sent to it (parsing the stream: a cut event would fail to parse) until
-    a HEARTBEAT_RSP marker."""
-
-    def __init__(self) -> None:
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.events: List[bytes] = []
-        self.marked = threading.Event()
-        self.failed: List[BaseException] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        frames = _codec.FrameReader()
-        conn, _ = self.server.accept()
-        with conn:
-            try:
-                while True:
-                    chunk = conn.recv(1 << 20)
-                    if not chunk:
-                        return
-                    for event in frames.feed(chunk):
-                        if _codec.unpack_event_header(event)[1] == _codec.EVENT_HEARTBEAT_RSP:
-                            self.marked.set()
-                            return
-                        self.events.append(event)
-            except Exception as e:  # a cut event: what the test looks for
-                self.failed.append(e)
-            finally:
-                self.marked.set()
 
 
 # Where a sending thread holds the write token or the queue: every line of these is tried.
