@@ -244,7 +244,7 @@ class Recovery:
                     continue  # its caller timed out meanwhile
                 reopened = queue.state == QueueState.OPEN
                 if not reopened:
-                    self._requests.discard(request)
+                    self._requests.discard(request.future)
             if reopened:
                 transport.send_control(request.data)
             else:

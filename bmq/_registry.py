@@ -44,29 +44,31 @@ class QueueRegistry:
     def get(self, uri: str) -> Optional["Queue"]:
         return self._by_uri.get(uri)
 
-    def reserve(self, uri: str, parsed: "QueueUri") -> Tuple[int, int]:
-        """The ``(qId, subId)`` of a new handle for ``uri``, counted as open until :meth:`forget`;
-        :meth:`add` must follow.
+    def register(self, queue: "Queue") -> None:
+        """Record ``queue`` as a new handle of its URI, counted as open until :meth:`forget`,
+        giving it its ``(queue_id, sub_id)``.
+
+        Everything it changes is changed by one statement without a call, which an exception
+        from a signal handler (a Ctrl-C in ``open_queue``) cannot split: the handle is either
+        recorded whole, and :meth:`forget` undoes it, or not at all.
 
         Raises:
-            QueueStateError: ``uri`` is already open in this session.
+            QueueStateError: its URI is already open in this session.
         """
+        uri, parsed = queue.uri, queue.parsed
         if uri in self._by_uri:
             raise QueueStateError(f"{uri} is already open in this session")
-        queue_id, handles = self._queue_ids.get(parsed.canonical, (None, 0))
+        canonical = parsed.canonical
+        queue_id, handles = self._queue_ids.get(canonical, (None, 0))
+        next_queue_id = self._next_queue_id
         if queue_id is None:
-            queue_id = self._next_queue_id
-            self._next_queue_id += 1
-        self._queue_ids[parsed.canonical] = (queue_id, handles + 1)
-        sub_id = 0
-        if parsed.app_id is not None:
-            sub_id = self._next_sub_ids.get(parsed.canonical, 1)
-            self._next_sub_ids[parsed.canonical] = sub_id + 1
-        return queue_id, sub_id
-
-    def add(self, queue: "Queue") -> None:
-        self._by_uri[queue.uri] = queue
-        self.batch_queues += int(queue.batches)
+            queue_id, next_queue_id = next_queue_id, next_queue_id + 1
+        sub_id = 0 if parsed.app_id is None else self._next_sub_ids.get(canonical, 1)
+        next_sub_id = sub_id + 1 if sub_id else self._next_sub_ids.get(canonical, 1)
+        (queue.queue_id, queue.sub_id, self._by_uri[uri], self._queue_ids[canonical], self._next_queue_id,
+         self._next_sub_ids[canonical], self.batch_queues) = (
+            queue_id, sub_id, queue, (queue_id, handles + 1), next_queue_id, next_sub_id,
+            self.batch_queues + queue.batches)
 
     def is_last_handle(self, queue: "Queue") -> bool:
         """Whether closing ``queue`` leaves no other handle on its qId (a final close)."""
@@ -75,11 +77,13 @@ class QueueRegistry:
 
     def forget(self, queue: "Queue") -> None:
         """``queue`` is closed: release its URI, its handle count and its readers."""
-        if self._by_uri.get(queue.uri) is queue:
-            del self._by_uri[queue.uri]
-            self.batch_queues -= int(queue.batches)
+        uri = queue.uri
+        if uri in self._by_uri and self._by_uri[uri] is queue:  # no call: see below
             canonical = queue.parsed.canonical
             queue_id, handles = self._queue_ids[canonical]
+            # No call from the test above on, where a signal handler's exception could come: see register.
+            del self._by_uri[uri]
+            self.batch_queues -= queue.batches
             if handles > 1:
                 self._queue_ids[canonical] = (queue_id, handles - 1)
             else:

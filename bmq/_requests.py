@@ -60,19 +60,23 @@ class ControlRequests:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def add(self, body: Dict[str, Any], buffered: bool, queue: Optional["Queue"] = None) -> Request:
-        """Register ``body`` under a new rId and encode it (JSON) for sending."""
+    def add(self, body: Dict[str, Any], buffered: bool, queue: Optional["Queue"] = None,
+            future: "Optional[Future[Dict[str, Any]]]" = None) -> Request:
+        """Register ``body`` under a new rId and encode it (JSON) for sending; its response
+        goes to ``future`` (a new one if None: the caller's own lets it :meth:`discard` the
+        request even if an exception came before it got the request back)."""
         rid = next(self._rids)
         message: Dict[str, Any] = {"rId": rid}
         message.update(body)
-        request = Request(Future(), _schema.encode_event(message, _JSON, "control"), buffered, queue)
+        request = Request(future or Future(), _schema.encode_event(message, _JSON, "control"), buffered, queue)
         self._pending[rid] = request
         return request
 
-    def discard(self, request: Request) -> None:
-        """Forget ``request`` (its caller stopped waiting); a late response is then ignored."""
+    def discard(self, future: "Future[Dict[str, Any]]") -> None:
+        """Forget the request whose response goes to ``future`` (its caller stopped waiting):
+        not re-sent after a reconnect, a late response ignored."""
         for rid, pending in list(self._pending.items()):
-            if pending is request:
+            if pending.future is future:
                 del self._pending[rid]
 
     def take(self, message: Dict[str, Any]) -> Optional[Request]:

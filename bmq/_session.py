@@ -294,17 +294,17 @@ class Session:
         self._link.check_running()
 
     def _request(self, body: Dict[str, Any], *, buffered: bool, stopping: bool = False,
-                 queue: Optional[Queue] = None) -> Request:
-        """Send a control request; its future gets the response message or a BrokerError.
-        Only ``stopping`` requests (the Disconnect) may be sent by a stopping session;
-        ``queue``: the queue a ConfigureStream is for."""
+                 queue: Optional[Queue] = None, future: "Optional[Future[Dict[str, Any]]]" = None) -> Request:
+        """Send a control request; its future (``future`` if given) gets the response message
+        or a BrokerError. Only ``stopping`` requests (the Disconnect) may be sent by a stopping
+        session; ``queue``: the queue a ConfigureStream is for."""
         with self._lock:
             if not (stopping and self._link.state == SessionState.STOPPING):
                 self._check_running()
             conn = self._link.current
             if conn is None and not buffered:
                 raise ConnectionLost(f"not connected to {self.broker}")
-            request = self._requests.add(body, buffered, queue)
+            request = self._requests.add(body, buffered, queue, future)
         if conn is not None:
             try:
                 conn.transport.send_control(request.data)
@@ -316,21 +316,20 @@ class Session:
         self, body: Dict[str, Any], timeout: float, what: str, *, buffered: bool = True, stopping: bool = False,
         queue: Optional[Queue] = None,
     ) -> Dict[str, Any]:
-        request = self._request(body, buffered=buffered, stopping=stopping, queue=queue)
+        future: "Future[Dict[str, Any]]" = Future()
         try:
-            return request.future.result(timeout)
-        except FutureTimeoutError:
+            self._request(body, buffered=buffered, stopping=stopping, queue=queue, future=future)
+            return future.result(timeout)
+        except BaseException as e:
+            # Given up on, for its time or for another reason (a Ctrl-C, even before _request
+            # returned): a buffered request is not re-sent after a reconnect, its answer ignored.
             with self._lock:
-                self._requests.discard(request)
-                conn = None if stopping else self._link.current
+                self._requests.discard(future)
+            if not isinstance(e, FutureTimeoutError):
+                raise
             error = TimeoutError(f"{what}: no response from {self.broker} within {timeout:g} s")
-            if conn is not None:
-                # The broker may still act on the request (open or close the queue, apply the
-                # options) after this side gave up on it, and the two would disagree for good:
-                # replace the connection, as the C++ SDK does when an open or close times out.
-                # The reconnect reopens every queue with the options this side knows.
-                logger.warning("%s; replacing the connection", error)
-                self._recovery.replace(conn, ConnectionLost(f"{what} got no response in time"))
+            if not stopping:
+                self._replace_connection(str(error))
             raise error from None
 
     def _handle_control(self, event: bytes) -> None:
@@ -398,29 +397,19 @@ class Session:
         queue_options = options or QueueOptions()
         wanted: Dict[str, Any] = {"read": read, "write": write, "options": queue_options, "on_message": on_message,
                                   "batches": batches}
-        with self._lock:
-            self._check_running()
-            existing = self._queues.get(uri)
-            if existing is None:
-                queue_id, sub_id = self._queues.reserve(uri, parsed)
-                queue = Queue(
-                    self._queue_services,
-                    parsed,
-                    read=read,
-                    write=write,
-                    options=queue_options,
-                    on_message=on_message,
-                    queue_id=queue_id,
-                    sub_id=sub_id,
-                    batches=batches,
-                )
-                queue.opened_with = wanted
-                self._queues.add(queue)
-        if existing is not None:
-            return self._join_open(existing, wanted, timeout)
-        deadline = time.monotonic() + timeout
-        generation = self._link.generation
+        queue = Queue(self._queue_services, parsed, read=read, write=write, options=queue_options,
+                      on_message=on_message, queue_id=-1, sub_id=0, batches=batches)  # ids: register
+        queue.opened_with = wanted
         try:
+            with self._lock:
+                self._check_running()
+                existing = self._queues.get(uri)
+                if existing is None:
+                    self._queues.register(queue)
+            if existing is not None:
+                return self._join_open(existing, wanted, timeout)
+            deadline = time.monotonic() + timeout
+            generation = self._link.generation
             try:
                 self._handles.open(queue, timeout, buffered=True)
             except BrokerError:
@@ -429,17 +418,51 @@ class Session:
                 # Reconnected between OpenQueue and ConfigureStream: the new connection never
                 # saw the open, so start over on it.
                 self._handles.open(queue, max(0.0, deadline - time.monotonic()), buffered=True)
-        except BaseException:
-            self._forget_queue(queue, AckStatus.CANCELED)
+            with self._lock:
+                if queue.state == QueueState.OPENING:
+                    queue.state = QueueState.OPEN if self._link.current is not None else QueueState.PENDING
+                queue.opened.set()
+        except BaseException as e:
+            # An open that did not finish: whatever came between (an exception from a signal
+            # handler, a Ctrl-C, included) the queue is not left registered, else every later
+            # open of its URI would wait for this one.
+            if not queue.opened.is_set():
+                self._abandon_open(queue, e)
             raise
-        with self._lock:
-            if queue.state == QueueState.OPENING:
-                queue.state = QueueState.OPEN if self._link.current is not None else QueueState.PENDING
-            queue.opened.set()
         logger.info("opened %s", queue)
         if write and self._recovered:
             self._resend_recovered(queue)
         return queue
+
+    def _abandon_open(self, queue: Queue, error: BaseException) -> None:
+        """Forget ``queue``, whose open did not finish with ``error`` (its other openers are
+        told it failed), and if it had gone as far as the wire, see :meth:`_after_unfinished`."""
+        with self._lock:
+            registered = self._queues.get(queue.uri) is queue
+        self._forget_queue(queue, AckStatus.CANCELED)  # marked closed: its other openers wake
+        if registered:
+            self._after_unfinished(f"open_queue({queue.uri!r})", error)
+
+    def _after_unfinished(self, what: str, error: BaseException) -> None:
+        """``what``, a sequence of requests for a queue handle (open, configure, close), ended
+        with ``error`` before its end. A bmq error says where the two sides stand (the broker
+        refused, the connection is gone, or the wait timed out: :meth:`_call` replaced the
+        connection); anything else (a Ctrl-C while waiting for the broker's answer) leaves the
+        broker acting on requests this side gave up on: a handle open, or subscriptions, that
+        this side forgot, holding messages nobody takes or confirms. Replace the connection."""
+        if not isinstance(error, Error):
+            self._replace_connection(f"{what} stopped by {type(error).__name__} before its end")
+
+    def _replace_connection(self, reason: str) -> None:
+        """The broker may act, or have acted, on a request this side gave up on (an open, a
+        close, options): the two would disagree for good. Replace the connection, as the C++
+        SDK does when an open or close times out; the reconnect reopens every queue with what
+        this side knows."""
+        with self._lock:
+            conn = self._link.current
+        if conn is not None:
+            logger.warning("%s; replacing the connection", reason)
+            self._recovery.replace(conn, ConnectionLost(reason))
 
     def _join_open(self, queue: Queue, wanted: Dict[str, Any], timeout: float) -> Queue:
         """``open_queue`` of a URI open or being opened in this session: the same handle once
@@ -509,8 +532,12 @@ class Session:
                 # Nothing to send now: the reopen (or the resume) applies the latest options.
                 queue.keep_options(options)
                 return
-        self._handles.configure(queue, options, timeout, buffered=True)
-        queue.keep_options(options)
+        try:
+            self._handles.configure(queue, options, timeout, buffered=True)
+            queue.keep_options(options)
+        except BaseException as e:
+            self._after_unfinished(f"configure_queue({uri!r})", e)
+            raise
 
     def close_queue(self, uri: str, timeout: Optional[float] = None) -> None:
         """Close a queue: deconfigure (readers) then CloseQueue. While disconnected the close
@@ -530,15 +557,28 @@ class Session:
             if queue.state in (QueueState.CLOSING, QueueState.CLOSED):
                 raise QueueStateError(f"{uri} is already {queue.state}")
             connected = queue.state == QueueState.OPEN and self._link.current is not None
-            queue.state = QueueState.CLOSING
         try:
+            queue.state = QueueState.CLOSING  # inside the try: its finally forgets the queue
             if connected:
                 self._handles.close(queue, timeout)
+        except BaseException as e:
+            if connected:  # else nothing went out
+                self._after_unfinished(f"close_queue({uri!r})", e)
+            raise
         finally:
-            self._forget_queue(queue, AckStatus.CANCELED)
+            try:
+                self._forget_queue(queue, AckStatus.CANCELED)
+            except BaseException:
+                # Stopped part-way, or at its very start (a Ctrl-C as the close ends): once more,
+                # else the queue would stay registered, CLOSING, and every later open of its
+                # URI fail.
+                self._forget_queue(queue, AckStatus.CANCELED)
+                raise
         logger.info("closed %s", uri)
 
     def _forget_queue(self, queue: Queue, status: AckStatus) -> None:
+        """Unregister ``queue`` and mark it closed, then settle its unanswered posts with
+        ``status``; idempotent."""
         with self._lock:
             self._queues.forget(queue)
             queue.mark_closed()

@@ -8,18 +8,18 @@ from bmq._registry import QueueRegistry
 
 
 class _Queue:
-    def __init__(self, uri: str, ids) -> None:
+    def __init__(self, uri: str) -> None:
         self.uri = uri
         self.parsed = bmq.parse_uri(uri)
-        self.queue_id, self.sub_id = ids
+        self.queue_id, self.sub_id = -1, 0
         self.subscription_ids = []
         self.subscription_of = {}
         self.batches = False
 
 
 def _open(registry: QueueRegistry, uri: str) -> _Queue:
-    queue = _Queue(uri, registry.reserve(uri, bmq.parse_uri(uri)))
-    registry.add(queue)
+    queue = _Queue(uri)
+    registry.register(queue)
     return queue
 
 
@@ -32,7 +32,7 @@ def test_handles_of_one_canonical_uri_share_a_qid_and_only_the_last_close_is_fin
     assert writer.queue_id == foo.queue_id == bar.queue_id != other.queue_id
     assert (writer.sub_id, foo.sub_id, bar.sub_id) == (0, 1, 2)
     with pytest.raises(bmq.QueueStateError, match="already open"):
-        registry.reserve(foo.uri, foo.parsed)
+        registry.register(_Queue(foo.uri))
     assert not registry.is_last_handle(foo)
     registry.forget(foo)
     registry.forget(writer)

@@ -43,6 +43,6 @@ def test_a_lost_connection_drops_unbuffered_requests_and_defers_configures_of_re
     assert table.drop_unbuffered() == [close]
     now, deferred = table.for_new_connection({id(reopening)})
     assert now == [opening.data, configure_other.data] and deferred == [configure_reopening]
-    table.discard(configure_reopening)
+    table.discard(configure_reopening.future)
     assert not table.is_pending(configure_reopening) and table.is_pending(configure_other)
     assert set(map(id, table.take_all())) == {id(opening), id(configure_other)} and len(table) == 0

@@ -54,11 +54,9 @@ def _owner() -> Any:
 
 def _queue(registry: QueueRegistry, owner: Any, uri: str, *, read: bool = False, write: bool = False,
            options: bmq.QueueOptions = bmq.QueueOptions(), on_message: Any = None, batches: bool = False) -> Queue:
-    parsed = bmq.parse_uri(uri)
-    queue_id, sub_id = registry.reserve(uri, parsed)
-    queue = Queue(owner, parsed, read=read, write=write, options=options, on_message=on_message,
-                  queue_id=queue_id, sub_id=sub_id, batches=batches)
-    registry.add(queue)
+    queue = Queue(owner, bmq.parse_uri(uri), read=read, write=write, options=options, on_message=on_message,
+                  queue_id=-1, sub_id=0, batches=batches)
+    registry.register(queue)
     queue.state = QueueState.OPEN
     return queue
 

@@ -1,0 +1,92 @@
+"""A Ctrl-C (any exception a signal handler raises) at any point of ``open_queue()``,
+``Queue.configure()`` or ``Queue.close()`` in the main thread, a consumer script or a notebook
+cell that goes on with the session afterwards.
+
+What must hold wherever it lands: the URI can be opened (or the queue closed) again, and no
+handle or subscription the broker keeps, which this side gave up on, holds the messages: they
+reach the handles the application has. Where the broker may act on a request this side gave up
+on, the session replaces the connection (as when such a request times out), so each point may
+cost a reconnect; on both brokers."""
+from __future__ import annotations
+
+from typing import Callable, List
+
+import bmq
+from support import fresh_uri, interrupted_at
+
+# The session's and the handles' functions of these sequences, the control-request table's and
+# the registry's: every point in them where a signal handler could raise.
+_SEQUENCES = {
+    "open_queue", "_join_open", "_abandon_open", "_after_unfinished", "_replace_connection", "register", "open",
+    "configure", "_configure_queue", "close", "_close_queue", "_forget_queue", "_unregister", "forget",
+    "mark_closed", "cancel_queue", "_call", "_request", "add", "discard", "subscribe", "unsubscribe",
+    "replace_subscriptions", "keep_options", "close_request",
+}
+_WAIT = 10.0  # for a message, or the reconnect an interrupt may cost
+
+
+def _each_point(attempt: Callable[[int], str]) -> int:
+    """``attempt(at)`` for at = 0, 1, 2... until it is not interrupted; how many points."""
+    at = 0
+    while attempt(at):
+        at += 1
+    return at
+
+
+def _get_one(queue: bmq.Queue, data: bytes, where: str) -> None:
+    message = queue.get(timeout=_WAIT)
+    assert message is not None and message.data == data, where
+    message.confirm()
+
+
+def test_an_interrupted_open_leaves_the_uri_to_open_again_and_no_handle_behind(session):
+    def attempt(at: int) -> str:
+        uri = fresh_uri(prefix=f"open-{at}-")
+        fired = interrupted_at(lambda: session.open_queue(uri, read=True, write=True), at, _SEQUENCES)
+        where = f"interrupted {fired}" if fired else "not interrupted"
+        queue = session.open_queue(uri, read=True, write=True, timeout=_WAIT)  # not "under way" for good
+        queue.post(b"after", timeout=_WAIT)
+        _get_one(queue, b"after", where)  # not held by a handle the broker kept for the interrupted open
+        queue.close(timeout=_WAIT)
+        return fired
+
+    assert _each_point(attempt) > 10
+
+
+def test_an_interrupted_close_leaves_the_uri_to_open_again_and_redelivers_what_it_held(session):
+    def attempt(at: int) -> str:
+        uri = fresh_uri(prefix=f"close-{at}-")
+        queue = session.open_queue(uri, read=True, write=True)
+        queue.post(b"held", timeout=_WAIT)  # delivered to this handle, never confirmed
+        fired = interrupted_at(queue.close, at, _SEQUENCES)
+        where = f"interrupted {fired}" if fired else "not interrupted"
+        if queue.state is bmq.QueueState.OPEN:  # interrupted before the close began: it closes now
+            queue.close(timeout=_WAIT)
+        assert queue.state is bmq.QueueState.CLOSED, where  # not CLOSING for good
+        again = session.open_queue(uri, read=True, timeout=_WAIT)
+        _get_one(again, b"held", where)  # the broker let go of the interrupted handle
+        again.close(timeout=_WAIT)
+        return fired
+
+    assert _each_point(attempt) > 10
+
+
+def test_an_interrupted_configure_leaves_no_subscription_behind(session):
+    """Two fan-out readers share a qId: a PUSH can reach a reader only through a subscription
+    this side knows. An interrupted configure must not leave the broker with one it does not
+    (the buffered request re-sent after a reconnect did)."""
+    def attempt(at: int) -> str:
+        uri = fresh_uri("bmq.test.mem.fanout", prefix=f"configure-{at}-")
+        readers: List[bmq.Queue] = [session.open_queue(f"{uri}?id={app}", read=True) for app in ("foo", "bar")]
+        writer = session.open_queue(uri, write=True)
+        options = bmq.QueueOptions(subscriptions=["n > 0"])
+        fired = interrupted_at(lambda: readers[0].configure(options), at, _SEQUENCES)
+        where = f"interrupted {fired}" if fired else "not interrupted"
+        writer.post(b"to both", properties={"n": 1}, timeout=_WAIT)
+        for reader in readers:
+            _get_one(reader, b"to both", where)
+        for queue in (*readers, writer):
+            queue.close(timeout=_WAIT)
+        return fired
+
+    assert _each_point(attempt) > 10
