@@ -770,18 +770,26 @@ class Session:
         """
         timeout = self.options.disconnect_timeout + 5.0 if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        first, conn = self._link.begin_stop()
-        if not first:
-            if threading.current_thread() not in self._own_threads():
-                self._stopped.wait(max(0.0, deadline - time.monotonic()))
-            return
-        if conn is not None:
-            try:
-                self._call({"disconnect": {}}, min(self.options.disconnect_timeout, timeout), "disconnect",
-                           buffered=False, stopping=True)
-            except (Error, OSError) as e:
-                logger.info("no clean disconnect: %s", e)
-        self._shutdown(deadline)
+        current = threading.current_thread()
+        try:
+            first, conn = self._link.begin_stop()
+            if not first:
+                if self._link.stopper is not current and current not in self._own_threads():
+                    self._stopped.wait(max(0.0, deadline - time.monotonic()))
+                return
+            if conn is not None:
+                try:
+                    self._call({"disconnect": {}}, min(self.options.disconnect_timeout, timeout), "disconnect",
+                               buffered=False, stopping=True)
+                except (Error, OSError) as e:
+                    logger.info("no clean disconnect: %s", e)
+        finally:
+            # The thread that began the stop ends it, whatever came between (a Ctrl-C in the wait
+            # for the Disconnect's answer: else the session's threads and socket stayed, and
+            # every later stop() only waited for them), or in its next stop() if the exception
+            # came as the shutdown began.
+            if self._link.stopper is current and not self._stopped.is_set():
+                self._shutdown(deadline)
 
     def _own_threads(self) -> List[threading.Thread]:
         threads = [self._dispatcher.thread, *self._recovery.threads]
@@ -792,39 +800,51 @@ class Session:
 
     def _shutdown(self, deadline: float) -> None:
         """Stop for good: every step runs whatever an earlier one raised (an outbox whose final
-        fsync fails must not leave the dispatcher running and ``next_event()`` waiters waiting);
-        the outbox's failure is raised once the session is stopped."""
+        fsync fails, or a Ctrl-C in a wait for a thread, must not leave posts unanswered, the
+        dispatcher running and ``next_event()`` waiters waiting); the outbox's failure is raised
+        once the session is stopped."""
         outbox_failure: Optional[OSError] = None
+        requests: List[Request] = []
+        queues: List[Queue] = []
         try:
-            with self._lock:
-                conn = self._link.finish_stop()
-                requests = self._requests.take_all()
-                queues = self._queues.clear()
-            monitor = self.options.host_health_monitor
-            if monitor is not None:
-                monitor.remove_listener(self._on_host_health)
-            if conn is not None:
-                conn.close()
-                conn.transport.join(max(0.0, deadline - time.monotonic()))
-            closed = SessionClosedError(f"session to {self.broker} stopped")
-            for request in requests:
-                fail_future(request.future, closed)
-            # Queues first: a post racing with stop() then fails its state check, and one already
-            # past it is refused or settled by the closed table (never left pending).
-            for queue in queues:
-                queue.mark_closed()
             try:
-                self._puts.close()
-            except OSError as e:  # the outbox is closed regardless; every post was answered
-                outbox_failure = e
+                with self._lock:
+                    conn = self._link.current  # bound before it is let go: see finish_stop
+                    self._link.finish_stop()
+                    requests = self._requests.take_all()
+                    queues = self._queues.clear()
+                monitor = self.options.host_health_monitor
+                if monitor is not None:
+                    monitor.remove_listener(self._on_host_health)
+                if conn is not None:
+                    conn.close()
+                    conn.transport.join(max(0.0, deadline - time.monotonic()))
+            finally:  # also after a Ctrl-C in that wait: nothing may be left unanswered
+                closed = SessionClosedError(f"session to {self.broker} stopped")
+                for request in requests:
+                    fail_future(request.future, closed)
+                # Queues first: a post racing with stop() then fails its state check, and one
+                # already past it is refused or settled by the closed table (never left pending).
+                for queue in queues:
+                    queue.mark_closed()
+                try:
+                    self._puts.close()
+                except OSError as e:  # the outbox is closed regardless; every post was answered
+                    outbox_failure = e
             current = threading.current_thread()
             for thread in self._recovery.threads:
                 if thread.is_alive() and thread is not current:
                     thread.join(max(0.0, deadline - time.monotonic()))
         finally:
             try:
-                self._events.emit(ev.Disconnected())
-                self._dispatcher.stop()
+                try:
+                    self._events.emit(ev.Disconnected())
+                finally:
+                    try:
+                        self._dispatcher.stop()  # after the event: the dispatcher runs it first
+                    except BaseException:  # stopped at its start (a Ctrl-C): else its thread waits for good
+                        self._dispatcher.stop()
+                        raise
                 if self._dispatcher.thread is not threading.current_thread():
                     self._dispatcher.thread.join(max(0.0, deadline - time.monotonic()))
             finally:

@@ -57,7 +57,9 @@ class ConnectionState:
         # the last one) negotiated.
         self.current: Optional["Connection"] = None
         self.new_style_properties = True
-        self.currentecting: Optional["Connection"] = None  # being negotiated: stop() aborts it
+        self.negotiating: Optional["Connection"] = None  # being negotiated: stop() aborts it
+        #: The thread whose stop() began the stop (it ends it: Session.stop), once one did.
+        self.stopper: Optional[threading.Thread] = None
         self._generation = 0  # connections adopted so far
         self._endpoint = endpoint  # of the current (or last) connection
 
@@ -97,12 +99,12 @@ class ConnectionState:
         """
         with self.lock:
             self.check_running()
-            self.currentecting = conn
+            self.negotiating = conn
         try:
             yield
         finally:
             with self.lock:
-                self.currentecting = None
+                self.negotiating = None
 
     def adopt(self, conn: "Connection") -> None:
         """Make the negotiated ``conn`` the current connection (STARTING becomes STARTED; while
@@ -169,23 +171,23 @@ class ConnectionState:
         and the connection to say Disconnect on (None unless STARTED)."""
         with self.lock:
             first = not self._stop_started
-            self._stop_started = True
+            if first:  # one statement without a call: see Session.stop
+                self._stop_started, self.stopper = True, threading.current_thread()
             conn = self.current if self._state == SessionState.STARTED else None
             if self._state != SessionState.STOPPED:
                 self._state = SessionState.STOPPING
             self._wake.notify_all()
             return first, conn
 
-    def finish_stop(self) -> Optional["Connection"]:
-        """STOPPED: a negotiation under way is aborted; returns the connection to close (the
-        caller holds the lock to take its own units' state in the same step)."""
+    def finish_stop(self) -> None:
+        """STOPPED: a negotiation under way is aborted, the current connection let go (the
+        caller, holding the lock, took it to close, and its own units' state, in the same step)."""
         with self.lock:
             self._state = SessionState.STOPPED
-            if self.currentecting is not None:
-                self.currentecting.abort()
-            conn, self.current = self.current, None
+            if self.negotiating is not None:
+                self.negotiating.abort()
+            self.current = None
             self._wake.notify_all()
-            return conn
 
     # ---- waiting -----------------------------------------------------------------------
     def wait_until_reconnecting(self) -> bool:

@@ -1,12 +1,13 @@
 """A Ctrl-C (any exception a signal handler raises) at any point of ``open_queue()``,
-``Queue.configure()`` or ``Queue.close()`` in the main thread, a consumer script or a notebook
-cell that goes on with the session afterwards.
+``Queue.configure()``, ``Queue.close()`` or ``Session.stop()`` in the main thread: a script or a
+notebook cell that goes on with the session afterwards, or one whose ``with`` block stops it.
 
 What must hold wherever it lands: the URI can be opened (or the queue closed) again, and no
 handle or subscription the broker keeps, which this side gave up on, holds the messages: they
 reach the handles the application has. Where the broker may act on a request this side gave up
 on, the session replaces the connection (as when such a request times out), so each point may
-cost a reconnect; on both brokers."""
+cost a reconnect. A stop still stops the session: its threads end, every post is answered. On
+both brokers."""
 from __future__ import annotations
 
 from typing import Callable, List
@@ -90,3 +91,21 @@ def test_an_interrupted_configure_leaves_no_subscription_behind(session):
         return fired
 
     assert _each_point(attempt) > 10
+
+
+def test_an_interrupted_stop_still_stops_the_session(broker_address):
+    def attempt(at: int) -> str:
+        session = bmq.Session(broker_address)
+        queue = session.open_queue(fresh_uri(prefix=f"stop-{at}-"), read=True, write=True)
+        answer = queue.post_async(b"x")
+        threads = session._own_threads()  # the dispatcher, the supervisor, the ACK timer, the socket's
+        fired = interrupted_at(session.stop, at, {"stop", "begin_stop", "_call", "_request"})
+        where = f"interrupted {fired}" if fired else "not interrupted"
+        session.stop()  # the script's next stop() (or the with block's) returns at once or stops it
+        for thread in threads:
+            thread.join(_WAIT)
+            assert not thread.is_alive(), f"{where}: {thread.name} still runs"
+        assert answer.done(), where  # acknowledged, or NOT_CONNECTED: not left waiting
+        return fired
+
+    assert _each_point(attempt) > 5
