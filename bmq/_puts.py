@@ -500,38 +500,52 @@ class PendingPuts:
             batch = Batch(queue, keys, payloads, properties, new_style, compression, deadline, completion, trace,
                           self._await_answer if count == 1 else None)
         size = len(payloads[0]) if count == 1 else _nbytes(payloads, 0, count)
-        with self._lock:
-            try:
-                if self._closed:
-                    raise SessionClosedError("the session stopped")
-                if caller_guids and not self._pending.keys().isdisjoint(keys):
-                    raise InvalidArgumentError("a GUID of this post is still waiting for its ACK")
-                if self._bytes + size > self._options.max_pending_bytes:
-                    self._wait_for_room(size)
-            except Error:
-                if self._outbox is not None:
-                    self._outbox.remove(keys)
-                raise
-            if count == 1:
-                self._pending[guids] = batch
-            else:
-                self._pending.update(dict.fromkeys(keys, batch))
-            self._bytes += size
-            counters = queue.counters
-            counters.posted += count
-            counters.posted_bytes += size
-            transport = self._transport if queue.state is QUEUE_OPEN else None
-        if transport is not None:
-            if not events:
-                events = _build(queue.queue_id, guids, payloads, properties, compression, new_style)
-            (data,) = events
-            try:
-                transport.send(data, self._options.channel_write_timeout, not waits)
-            except BandwidthLimitError:
-                self._unrecord(keys)
-                raise
-            except ConnectionLost:
-                pass  # kept: re-sent after the reconnect
+        handed = False  # the event queued (or the connection lost): see the except below
+        try:
+            with self._lock:
+                try:
+                    if self._closed:
+                        raise SessionClosedError("the session stopped")
+                    if caller_guids and not self._pending.keys().isdisjoint(keys):
+                        raise InvalidArgumentError("a GUID of this post is still waiting for its ACK")
+                    if self._bytes + size > self._options.max_pending_bytes:
+                        self._wait_for_room(size)
+                except Error:
+                    if self._outbox is not None:
+                        self._outbox.remove(keys)
+                    raise
+                if count == 1:
+                    self._pending[guids] = batch
+                else:
+                    self._pending.update(dict.fromkeys(keys, batch))
+                self._bytes += size
+                counters = queue.counters
+                counters.posted += count
+                counters.posted_bytes += size
+                transport = self._transport if queue.state is QUEUE_OPEN else None
+            if transport is not None:
+                if not events:
+                    events = _build(queue.queue_id, guids, payloads, properties, compression, new_style)
+                (data,) = events
+                try:
+                    transport.send(data, self._options.channel_write_timeout, not waits)
+                    handed = True
+                except BandwidthLimitError:
+                    self._unrecord(keys)
+                    raise
+                except ConnectionLost:
+                    handed = True  # kept: re-sent after the reconnect
+        except Error:
+            raise
+        except BaseException as e:
+            # A signal handler's exception (a Ctrl-C in a posting loop) once the message was
+            # recorded and before its event was surely queued: it would wait, unsent, for its
+            # ACK timeout. Fail the connection, as an interrupted socket write does: the
+            # reconnect re-sends every unanswered message.
+            transport = self._transport
+            if not handed and transport is not None and keys and keys[0] in self._pending:
+                transport.fail_interrupted(e)
+            raise
         return batch
 
     def _wait_for_room(self, size: int) -> None:

@@ -493,6 +493,14 @@ class Transport:
         self._fail(ConnectionLost(f"write to {self.address[0]}:{self.address[1]} was interrupted ({exc!r}): "
                                   f"an event may have been cut"), exc)
 
+    def fail_interrupted(self, exc: BaseException) -> None:
+        """A sending thread recorded a message for re-sending, then ``exc`` (a signal handler's
+        KeyboardInterrupt, say) stopped it before its event was surely queued: fail the
+        connection, so that the session's reconnect re-sends it with the other unanswered
+        messages (else it would wait, unsent, for its ACK timeout). Any thread."""
+        self._fail(ConnectionLost(f"a send to {self.address[0]}:{self.address[1]} was interrupted ({exc!r}) "
+                                  f"before its event was queued"), exc)
+
     def _write_direct(self, batch: List[bytes], taken: int) -> None:
         """This thread took the write token and ``taken`` queued bytes into ``batch``: write what
         the socket takes at once, and leave the rest to the writer thread. The caller gives the

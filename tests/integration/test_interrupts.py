@@ -1,16 +1,20 @@
 """A Ctrl-C (any exception a signal handler raises) at any point of ``open_queue()``,
-``Queue.configure()``, ``Queue.close()`` or ``Session.stop()`` in the main thread: a script or a
-notebook cell that goes on with the session afterwards, or one whose ``with`` block stops it.
+``Queue.configure()``, ``Queue.close()``, a post or ``Session.stop()`` in the main thread: a
+script or a notebook cell that goes on with the session afterwards, or one whose ``with`` block
+stops it.
 
 What must hold wherever it lands: the URI can be opened (or the queue closed) again, and no
 handle or subscription the broker keeps, which this side gave up on, holds the messages: they
 reach the handles the application has. Where the broker may act on a request this side gave up
 on, the session replaces the connection (as when such a request times out), so each point may
-cost a reconnect. A stop still stops the session: its threads end, every post is answered. On
+cost a reconnect. An interrupted post is answered without waiting for its ACK timeout (not
+recorded, or sent). A stop still stops the session: its threads end, every post is answered. On
 both brokers."""
 from __future__ import annotations
 
-from typing import Callable, List
+from typing import Callable, List, Set
+
+import pytest
 
 import bmq
 from support import fresh_uri, interrupted_at
@@ -23,6 +27,8 @@ _SEQUENCES = {
     "mark_closed", "cancel_queue", "_call", "_request", "add", "discard", "subscribe", "unsubscribe",
     "replace_subscriptions", "keep_options", "close_request",
 }
+# Every point from a post call to its event queued (or its blocking wait for the answer).
+_POSTING = {"post", "_post", "post_async", "post_many", "track_and_send", "_build", "send", "fail_interrupted"}
 _WAIT = 10.0  # for a message, or the reconnect an interrupt may cost
 
 
@@ -88,6 +94,35 @@ def test_an_interrupted_configure_leaves_no_subscription_behind(session):
             _get_one(reader, b"to both", where)
         for queue in (*readers, writer):
             queue.close(timeout=_WAIT)
+        return fired
+
+    assert _each_point(attempt) > 10
+
+
+@pytest.mark.parametrize("call", ["post", "post_async", "post_many"])
+def test_an_interrupted_post_is_sent_or_not_recorded_never_left_waiting(session, call):
+    """Between recording a message for re-sending and queueing its event, a Ctrl-C left it
+    unsent and waiting for its ACK timeout (120 s): flush() waited, the message never came.
+    What a post recorded reaches the broker now: the connection is replaced, and the reconnect
+    re-sends it (a message delivered before that comes again, unconfirmed: at least once)."""
+    posts = {"post": lambda q: q.post(b"first", timeout=_WAIT),
+             "post_async": lambda q: q.post_async(b"first").result(_WAIT),
+             "post_many": lambda q: q.post_many([b"first", b"first too"], timeout=_WAIT)}
+
+    def attempt(at: int) -> str:
+        queue = session.open_queue(fresh_uri(prefix=f"{call}-{at}-"), read=True, write=True)
+        fired = interrupted_at(lambda: posts[call](queue), at, _POSTING)
+        where = f"interrupted {fired}" if fired else "not interrupted"
+        queue.post(b"after", timeout=_WAIT)
+        assert session.flush(_WAIT) == 0, where  # every post answered: none waits for its timeout
+        seen: Set[bytes] = set()
+        while b"after" not in seen:
+            message = queue.get(timeout=_WAIT)
+            assert message is not None, f"{where}: only {sorted(seen)} came"
+            seen.add(message.data)
+            message.confirm()
+        assert seen <= {b"first", b"first too", b"after"}, where
+        queue.close(timeout=_WAIT)
         return fired
 
     assert _each_point(attempt) > 10
