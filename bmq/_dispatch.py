@@ -304,6 +304,10 @@ class Dispatcher:
         # False and told "slow" twice; a "normal" could overtake the "slow" before it).
         self._slow_lock = threading.RLock()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start the thread (not in ``__init__``: its owner starts it once it holds the
+        dispatcher, so that whatever stops the owner's start stops the thread too)."""
         self.thread.start()
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:

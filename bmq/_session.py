@@ -152,33 +152,44 @@ class Session:
             options.event_queue_low_watermark,
             self._on_slow_consumer,
         )
-        self._events = EventQueue(self._dispatcher, on_event or options.on_event, _EVENT_BACKLOG)
-        self._queue_services = QueueServices(self)
-        self._handles = QueueHandles(self._call, self._lock, self._queues)
-        self._deliveries = Deliveries(self, self._queues, self._lock, options.channel_write_timeout, self._telemetry,
-                                      lambda text: self._events.emit(ev.Error(text)))
-        self.outbox_recovered = sum(map(len, self._recovered.values()))
-        """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
-        GUID) when its queue is opened for writing."""
-        self._recovery = Recovery(self._link, self._requests, self._queues, self._handles, self._puts, self._events,
-                                  SessionServices(self._id, options, self.brokers, self._connect, self._forget_queue,
-                                                  self._dispatch, self.stats, self.stop))
+        # Whatever stops the start from here (a failed connect, a Ctrl-C), the except below stops
+        # every thread started and closes the outbox and the connection (the caller never gets
+        # the session to stop).
+        conn: Optional[Connection] = None
         try:
+            self._dispatcher.start()
+            self._events = EventQueue(self._dispatcher, on_event or options.on_event, _EVENT_BACKLOG)
+            self._queue_services = QueueServices(self)
+            self._handles = QueueHandles(self._call, self._lock, self._queues)
+            self._deliveries = Deliveries(self, self._queues, self._lock, options.channel_write_timeout,
+                                          self._telemetry, lambda text: self._events.emit(ev.Error(text)))
+            self.outbox_recovered = sum(map(len, self._recovered.values()))
+            """Messages found unacknowledged in ``outbox_dir`` at start; each is re-sent (with its
+            GUID) when its queue is opened for writing."""
+            services = SessionServices(self._id, options, self.brokers, self._connect, self._forget_queue,
+                                       self._dispatch, self.stats, self.stop)
+            self._recovery = Recovery(self._link, self._requests, self._queues, self._handles, self._puts,
+                                      self._events, services)
             conn = self._connect(options.connect_timeout)
             self._link.adopt(conn)
             self._link.restored(conn)
+            self._recovery.start()
+            monitor = options.host_health_monitor
+            if monitor is not None:
+                self._handles.host_healthy = monitor.healthy
+                monitor.add_listener(self._on_host_health)
+            self._events.emit(ev.Connected(address=self.broker))
         except BaseException:
-            self._link.finish_stop()
+            adopted = self._link.current
+            self._link.finish_stop()  # the supervisor and the ACK timer, if started, exit
+            for made in {conn, adopted} - {None}:
+                made.close()  # type: ignore[union-attr]
+            if options.host_health_monitor is not None:
+                options.host_health_monitor.remove_listener(self._on_host_health)
             self._dispatcher.stop()
             self._puts.close()
             self._stopped.set()
             raise
-        self._recovery.start()
-        monitor = options.host_health_monitor
-        if monitor is not None:
-            self._handles.host_healthy = monitor.healthy
-            monitor.add_listener(self._on_host_health)
-        self._events.emit(ev.Connected(address=self.broker))
 
     @property
     def broker(self) -> str:

@@ -92,7 +92,9 @@ class ConnectionState:
     # ---- transitions -------------------------------------------------------------------
     @contextmanager
     def connecting(self, conn: "Connection") -> Iterator[None]:
-        """While ``conn`` negotiates: :meth:`finish_stop` aborts it.
+        """While ``conn`` negotiates, and once negotiated until :meth:`adopt` takes it:
+        :meth:`finish_stop` aborts it (a Ctrl-C between the two must not leave its threads
+        running with nobody to close it).
 
         Raises:
             SessionClosedError: the session is stopping.
@@ -102,9 +104,12 @@ class ConnectionState:
             self.negotiating = conn
         try:
             yield
-        finally:
+        except BaseException:
             with self.lock:
-                self.negotiating = None
+                if self.negotiating is conn:
+                    self.negotiating = None
+            conn.close()  # idempotent: a failed negotiation closed it already, a Ctrl-C after it did not
+            raise
 
     def adopt(self, conn: "Connection") -> None:
         """Make the negotiated ``conn`` the current connection (STARTING becomes STARTED; while
@@ -119,6 +124,8 @@ class ConnectionState:
             if conn.transport.closed:
                 raise ConnectionLost(f"connection to {self._endpoint.address} lost right after negotiation")
             self.current = conn
+            if self.negotiating is conn:
+                self.negotiating = None
             if conn.endpoint is not None:
                 self._endpoint = conn.endpoint
             self._generation += 1

@@ -1036,5 +1036,6 @@ class Transport:
         """Wait (bounded) for the threads to exit; no-op from one of them."""
         deadline = time.monotonic() + timeout
         for thread in (self._reader, self._writer):
-            if thread is not None and thread is not threading.current_thread():
+            # Not started: connect() stopped between making and starting it (a Ctrl-C).
+            if thread is not None and thread.ident is not None and thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))

@@ -1,17 +1,18 @@
 """A Ctrl-C (any exception a signal handler raises) at any point of ``open_queue()``,
-``Queue.configure()``, ``Queue.close()``, a post or ``Session.stop()`` in the main thread: a
-script or a notebook cell that goes on with the session afterwards, or one whose ``with`` block
-stops it.
+``Queue.configure()``, ``Queue.close()``, a post, ``Session()`` or ``Session.stop()`` in the
+main thread: a script or a notebook cell that goes on with the session afterwards, or one whose
+``with`` block stops it.
 
 What must hold wherever it lands: the URI can be opened (or the queue closed) again, and no
 handle or subscription the broker keeps, which this side gave up on, holds the messages: they
 reach the handles the application has. Where the broker may act on a request this side gave up
 on, the session replaces the connection (as when such a request times out), so each point may
 cost a reconnect. An interrupted post is answered without waiting for its ACK timeout (not
-recorded, or sent). A stop still stops the session: its threads end, every post is answered. On
-both brokers."""
+recorded, or sent). A stop still stops the session: its threads end, every post is answered; a
+start that does not finish leaves no thread running. On both brokers."""
 from __future__ import annotations
 
+import threading
 from typing import Callable, List, Set
 
 import pytest
@@ -29,6 +30,9 @@ _SEQUENCES = {
 }
 # Every point from a post call to its event queued (or its blocking wait for the answer).
 _POSTING = {"post", "_post", "post_async", "post_many", "track_and_send", "_build", "send", "fail_interrupted"}
+# Every point of a session's start: its units' constructors, the connect and the negotiation.
+_STARTING = {"__init__", "start", "_connect", "_connect_to", "connecting", "establish", "connect", "adopt",
+             "restored"}
 _WAIT = 10.0  # for a message, or the reconnect an interrupt may cost
 
 
@@ -144,3 +148,22 @@ def test_an_interrupted_stop_still_stops_the_session(broker_address):
         return fired
 
     assert _each_point(attempt) > 5
+
+
+def test_an_interrupted_start_leaves_no_thread_running(broker_address):
+    """The caller of an interrupted ``Session()`` gets no session to stop: whatever it had
+    started (the dispatcher, the connection's reader and writer, the supervisor) must end."""
+    def attempt(at: int) -> str:
+        before = set(threading.enumerate())
+        made: List[bmq.Session] = []
+        fired = interrupted_at(lambda: made.append(bmq.Session(broker_address)), at, _STARTING)
+        where = f"interrupted {fired}" if fired else "not interrupted"
+        for session in made:
+            session.stop()
+        for thread in set(threading.enumerate()) - before:
+            if not thread.name.startswith("bmq-broker"):  # the embedded broker's, for its new client
+                thread.join(_WAIT)
+                assert not thread.is_alive(), f"{where}: {thread.name} still runs"
+        return fired
+
+    assert _each_point(attempt) > 20

@@ -15,6 +15,7 @@ from bmq._dispatch import Dispatcher, logging_configured
 @pytest.fixture
 def dispatcher() -> Iterator[Dispatcher]:
     running = Dispatcher("bmq-dispatcher-test", 1_000_000, 0, lambda slow: None)
+    running.start()
     yield running
     running.stop()
     running.thread.join(10)

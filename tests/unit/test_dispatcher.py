@@ -12,6 +12,7 @@ def test_callbacks_run_in_submission_order():
     ran: List[int] = []
     done = threading.Event()
     dispatcher = Dispatcher("test-dispatcher", high=100, low=10, on_slow=lambda slow: None)
+    dispatcher.start()
     for i in range(500):
         dispatcher.submit(ran.append, i)
     dispatcher.submit(done.set)
@@ -30,6 +31,7 @@ def test_watermark_notices_alternate_with_many_submitting_threads():
     notices: List[bool] = []
     gate = threading.Event()  # holds the dispatcher so that the backlog crosses the high mark
     dispatcher = Dispatcher("test-dispatcher", high=20, low=5, on_slow=notices.append)
+    dispatcher.start()
     start = threading.Barrier(8)
 
     def submit_many() -> None:
