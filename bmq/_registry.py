@@ -48,9 +48,9 @@ class QueueRegistry:
         """Record ``queue`` as a new handle of its URI, counted as open until :meth:`forget`,
         giving it its ``(queue_id, sub_id)``.
 
-        Everything it changes is changed by one statement without a call, which an exception
-        from a signal handler (a Ctrl-C in ``open_queue``) cannot split: the handle is either
-        recorded whole, and :meth:`forget` undoes it, or not at all.
+        The handle is recorded by one statement without a call, which an exception from a
+        signal handler (a Ctrl-C in ``open_queue``) cannot split: either whole, and
+        :meth:`forget` undoes it, or not at all.
 
         Raises:
             QueueStateError: its URI is already open in this session.
@@ -60,15 +60,16 @@ class QueueRegistry:
             raise QueueStateError(f"{uri} is already open in this session")
         canonical = parsed.canonical
         queue_id, handles = self._queue_ids.get(canonical, (None, 0))
-        next_queue_id = self._next_queue_id
+        # New ids first: one an exception leaves unused is only skipped.
         if queue_id is None:
-            queue_id, next_queue_id = next_queue_id, next_queue_id + 1
-        sub_id = 0 if parsed.app_id is None else self._next_sub_ids.get(canonical, 1)
-        next_sub_id = sub_id + 1 if sub_id else self._next_sub_ids.get(canonical, 1)
-        (queue.queue_id, queue.sub_id, self._by_uri[uri], self._queue_ids[canonical], self._next_queue_id,
-         self._next_sub_ids[canonical], self.batch_queues) = (
-            queue_id, sub_id, queue, (queue_id, handles + 1), next_queue_id, next_sub_id,
-            self.batch_queues + queue.batches)
+            queue_id = self._next_queue_id
+            self._next_queue_id += 1
+        sub_id = 0
+        if parsed.app_id is not None:
+            sub_id = self._next_sub_ids.get(canonical, 1)
+            self._next_sub_ids[canonical] = sub_id + 1
+        queue.queue_id, queue.sub_id, self._by_uri[uri], self._queue_ids[canonical], self.batch_queues = (
+            queue_id, sub_id, queue, (queue_id, handles + 1), self.batch_queues + queue.batches)
 
     def is_last_handle(self, queue: "Queue") -> bool:
         """Whether closing ``queue`` leaves no other handle on its qId (a final close)."""
